@@ -1,0 +1,200 @@
+"""The ``hpclab`` command (chapter 00).
+
+``hpclab doctor [--json]``, ``hpclab run --list``, ``hpclab run NAME [--param value ...]
+[--json] [--save [--label L]]``, ``hpclab exercises build|check``,
+``hpclab notebooks refresh|clean PATH...``.
+
+Bad arguments print one line naming the argument and what is allowed, and exit 2.
+``--json`` prints exactly one JSON object on stdout and nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, NoReturn
+
+from hpclab.config import ConfigError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports bad arguments in one line (no usage block) with exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(2)
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    sys.stderr.write(f"hpclab: error: {message}\n")
+    raise SystemExit(code)
+
+
+def _tuple_parser(default: tuple) -> Any:
+    elem = type(default[0]) if default else str
+
+    def parse(text: str) -> tuple:
+        try:
+            return tuple(elem(x) for x in text.split(",") if x.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated {elem.__name__} values, got {text!r}"
+            ) from None
+
+    return parse
+
+
+def _add_config_flags(parser: argparse.ArgumentParser, config_cls: Any) -> None:
+    for f in config_cls.describe():
+        flag = "--" + f["name"].replace("_", "-")
+        default = f["default"]
+        help_text = f"{f['help']} (default {default!r}; allowed: {f['allowed']})"
+        if isinstance(default, bool):
+            parser.add_argument(
+                flag, dest=f["name"], action=argparse.BooleanOptionalAction, help=help_text
+            )
+        elif isinstance(default, tuple):
+            parser.add_argument(flag, dest=f["name"], type=_tuple_parser(default), help=help_text)
+        else:
+            kind = type(default) if isinstance(default, (int, float)) else str
+            if isinstance(default, float):
+                kind = float
+            parser.add_argument(flag, dest=f["name"], type=kind, help=help_text)
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from hpclab.doctor import format_report, run_checks
+    from hpclab.measure.sysinfo import system_info
+
+    info = system_info()
+    checks = run_checks(info)
+    if args.json:
+        print(
+            json.dumps(
+                {"env": info, "checks": [c.__dict__ for c in checks]},
+                default=str,
+            )
+        )
+    else:
+        print(format_report(checks, info))
+    return 1 if any(c.level == "fail" for c in checks) else 0
+
+
+def _cmd_run(argv: list[str]) -> int:
+    from hpclab import experiments
+
+    head = _Parser(prog="hpclab run", add_help=False)
+    head.add_argument("name", nargs="?")
+    head.add_argument("--list", action="store_true")
+    head.add_argument("-h", "--help", action="store_true")
+    known, rest = head.parse_known_args(argv)
+    registry = experiments.registry()
+    if known.list or not known.name:
+        if known.name is None and not known.list and not known.help:
+            _fail("hpclab run needs an experiment name; try `hpclab run --list`")
+        for name, exp in sorted(registry.items(), key=lambda kv: (kv[1].chapter, kv[0])):
+            print(f"{name:<20} ch{exp.chapter}  {exp.help}")
+        return 0
+    if known.name not in registry:
+        _fail(f"unknown experiment {known.name!r}; known: {', '.join(sorted(registry))}")
+    exp = registry[known.name]
+    parser = _Parser(prog=f"hpclab run {exp.name}", description=exp.help)
+    _add_config_flags(parser, exp.config)
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    parser.add_argument("--save", action="store_true", help="store the result in the results db")
+    parser.add_argument("--label", default="", help="label stored with --save")
+    if known.help:
+        parser.print_help()
+        return 0
+    args = parser.parse_args(rest)
+    params = {
+        k: v for k, v in vars(args).items() if v is not None and k not in ("json", "save", "label")
+    }
+    from hpclab.progress import Cancelled, Progress, stderr_bar
+
+    try:
+        config = exp.config.create(**params)
+    except ConfigError as err:
+        _fail(str(err))
+    progress = Progress(stderr_bar())
+    try:
+        result = exp.run(config, progress)
+    except ConfigError as err:
+        _fail(str(err))
+    except (KeyboardInterrupt, Cancelled):
+        _fail("cancelled", code=130)
+    if args.save:
+        from hpclab import results as store
+
+        run_id = store.save(result, label=args.label)
+        sys.stderr.write(f"saved as run {run_id} in {store.store_path()}\n")
+    if args.json:
+        print(result.to_json())
+    else:
+        import pandas as pd
+
+        with pd.option_context("display.width", 160, "display.max_columns", 30):
+            print(result.frame().to_string(index=False))
+    return 0
+
+
+def _cmd_exercises(args: argparse.Namespace) -> int:
+    from hpclab import exercises
+
+    if args.action == "build":
+        written = exercises.build(args.solutions, args.exercises)
+        for path in written:
+            print(f"wrote {path}")
+        return 0
+    stale = exercises.stale(args.solutions, args.exercises)
+    for line in stale:
+        print(f"stale: {line}", file=sys.stderr)
+    if stale:
+        print("run `hpclab exercises build` to regenerate exercises/", file=sys.stderr)
+        return 1
+    print("exercises are up to date")
+    return 0
+
+
+def _cmd_notebooks(args: argparse.Namespace) -> int:
+    from hpclab import notebooks
+
+    for path in args.paths:
+        if args.action == "refresh":
+            notebooks.refresh(path)
+        else:
+            notebooks.clean_file(path)
+        print(f"{args.action}ed {path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "run":
+        return _cmd_run(argv[1:])
+    parser = _Parser(prog="hpclab", description="Deep Learning on HPC clusters: the workbook CLI")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    doc = sub.add_parser("doctor", help="check this machine and allocation")
+    doc.add_argument("--json", action="store_true")
+    sub.add_parser("run", help="run an experiment (hpclab run --list)")
+    ex = sub.add_parser("exercises", help="build exercises/ from solutions/ or check staleness")
+    ex.add_argument("action", choices=("build", "check"))
+    ex.add_argument("--solutions", default="solutions")
+    ex.add_argument("--exercises", default="exercises")
+    nb = sub.add_parser("notebooks", help="execute (refresh) or clean notebooks for git")
+    nb.add_argument("action", choices=("refresh", "clean"))
+    nb.add_argument("paths", nargs="+")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "doctor":
+            return _cmd_doctor(args)
+        if args.command == "exercises":
+            return _cmd_exercises(args)
+        return _cmd_notebooks(args)
+    except (ConfigError, FileNotFoundError) as err:
+        _fail(str(err))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

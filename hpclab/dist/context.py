@@ -1,0 +1,104 @@
+"""The rank handle: what a worker function receives (chapter 00; used in chapters 05 and 06).
+
+A worker is ``def worker(ctx: RankContext, *args) -> picklable``. ``ctx`` says who this rank
+is (rank, world size, device, backend), lets it report progress to the parent, and offers
+helpers that also work with a single process and no process group, so the same training step
+runs serially and in parallel.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class RankContext:
+    rank: int
+    world_size: int
+    backend: str  # "gloo", "nccl" or "none" (one process, no process group)
+    device: str  # "cpu" or "cuda:N"
+    threads: int  # intra-op threads for this rank (usable cores // ranks)
+    _queue: Any = field(default=None, repr=False)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        """True when a process group is initialised for this run."""
+        if self.backend == "none":
+            return False
+        import torch.distributed as dist
+
+        return dist.is_available() and dist.is_initialized()
+
+    def progress(self, done: float, total: float, note: str = "") -> None:
+        """Tell the parent how far this rank is (rank 0's progress drives the bar)."""
+        if self._queue is not None:
+            self._queue.put(("progress", self.rank, (done, total, note)))
+
+    def log(self, *parts: Any) -> None:
+        """A rank-aware print: goes to the parent's log of this rank, never into the cell."""
+        print(f"[rank {self.rank}]", *parts, flush=True)
+
+    def barrier(self) -> None:
+        if self.distributed:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def all_reduce_mean(self, tensor: Any) -> Any:
+        """Average ``tensor`` over ranks in place (identity with one process)."""
+        if self.distributed and self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(tensor)
+            tensor.div_(self.world_size)
+        return tensor
+
+
+def init_process_group(
+    ctx: RankContext, store_host: str, store_port: int, timeout_s: float
+) -> None:
+    """Join the run's process group through the parent's TCPStore (no fixed port anywhere)."""
+    import torch.distributed as dist
+
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = dist.TCPStore(
+        store_host, store_port, world_size=None, is_master=False, timeout=timeout
+    )
+    prefixed = dist.PrefixStore("hpclab", store)
+    kwargs: dict[str, Any] = {}
+    if ctx.backend == "nccl":
+        import torch
+
+        torch.cuda.set_device(int(ctx.device.split(":")[1]))
+        kwargs["device_id"] = torch.device(ctx.device)
+    dist.init_process_group(
+        backend=ctx.backend,
+        store=prefixed,
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        timeout=timeout,
+        **kwargs,
+    )
+
+
+def destroy_process_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def set_threads(threads: int) -> None:
+    """Pin intra-op threads before any parallel work: ranks x threads must not exceed cores."""
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ["MKL_NUM_THREADS"] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)

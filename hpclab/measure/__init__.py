@@ -1,0 +1,1 @@
+"""Measurement core: honest timing and hardware facts (chapter 00)."""

@@ -1,0 +1,110 @@
+"""Notebook files in git: execute in quick mode and keep only what nbval compares (chapter 00).
+
+Stored notebooks carry outputs only for cells that contain ``# NBVAL_CHECK_OUTPUT`` (nbval's
+lax mode compares exactly those); everything else is stripped, as is volatile metadata, so a
+diff shows only real changes and no random or huge output (timings, widget state, plotly.js)
+lands in git.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
+_DROP_MIME = (
+    "application/vnd.jupyter.widget-view+json",
+    "application/vnd.jupyter.widget-state+json",
+)
+_KEEP_NB_META = ("kernelspec", "language_info")
+
+
+def _clean_output(out: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(out)
+    if "execution_count" in out:
+        out["execution_count"] = None
+    data = out.get("data")
+    if isinstance(data, dict):
+        for mime in _DROP_MIME:
+            data.pop(mime, None)
+    if out.get("output_type") in ("display_data", "execute_result"):
+        out["metadata"] = {}
+    return out
+
+
+def clean(nb: Any, keep_outputs: bool = True) -> Any:
+    """A copy of ``nb`` without volatile metadata; outputs kept only on NBVAL_CHECK_OUTPUT cells."""
+    nb = copy.deepcopy(nb)
+    meta = nb.get("metadata", {})
+    nb["metadata"] = {k: meta[k] for k in _KEEP_NB_META if k in meta}
+    if "language_info" in nb["metadata"]:
+        nb["metadata"]["language_info"] = {
+            "name": nb["metadata"]["language_info"].get("name", "python")
+        }
+    nb["metadata"].setdefault(
+        "kernelspec", {"display_name": "Python 3", "language": "python", "name": "python3"}
+    )
+    for cell in nb.cells:
+        tags = cell.get("metadata", {}).get("tags")
+        cell["metadata"] = {"tags": tags} if tags else {}
+        if cell.cell_type != "code":
+            continue
+        cell["execution_count"] = None
+        if keep_outputs and CHECK_MARK in cell.source:
+            cell["outputs"] = [
+                _clean_output(o) for o in cell.get("outputs", []) if o.get("output_type") != "error"
+            ]
+            cell["outputs"] = [o for o in cell["outputs"] if o.get("data") != {}]
+        else:
+            cell["outputs"] = []
+    return nb
+
+
+def write(nb: Any, path: str | os.PathLike) -> None:
+    Path(path).write_text(dumps(nb))
+
+
+def dumps(nb: Any) -> str:
+    return nbformat.writes(nb, version=4) + "\n"
+
+
+def clean_file(path: str | os.PathLike) -> None:
+    write(clean(nbformat.read(str(path), as_version=4)), path)
+
+
+def execute(path: str | os.PathLike, timeout: int = 600, quick: bool = True) -> Any:
+    """Run a notebook top to bottom in a fresh kernel (quick mode by default); returns it."""
+    from nbclient import NotebookClient
+
+    path = Path(path)
+    nb = nbformat.read(str(path), as_version=4)
+    env_patch = {"PLOTLY_RENDERER": "plotly_mimetype"}
+    if quick:
+        env_patch.update({"HPCLAB_QUICK": "1", "CI": "true"})
+    saved = {k: os.environ.get(k) for k in env_patch}
+    os.environ.update(env_patch)
+    try:
+        client = NotebookClient(
+            nb,
+            timeout=timeout,
+            kernel_name="python3",
+            resources={"metadata": {"path": str(path.parent.resolve())}},
+            store_widget_state=False,
+        )
+        client.execute()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return nb
+
+
+def refresh(path: str | os.PathLike) -> None:
+    """Execute in quick mode, then store cleaned (outputs only where nbval compares them)."""
+    write(clean(execute(path)), path)

@@ -1,0 +1,217 @@
+"""Results: records + config + environment, a per-user store, and bundled references (chapter 00).
+
+Every experiment's ``run`` returns a :class:`Result`. Records are flat dicts whose field names
+carry their units (``gflops``, ``seconds``, ``samples_per_s``, ``busbw_gbps``). Each record has a
+``tier``: ``live`` (measured here, now), ``reference`` (a published or real-cluster figure, with
+its ``source``) or ``model`` (a prediction). Results are saved to an SQLite file so a student can
+compare today's GPU node with yesterday's CPU node (:func:`save`, :func:`load`, :func:`history`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import sqlite3
+from collections.abc import Iterable
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+TIERS = ("live", "reference", "model")
+
+
+@dataclasses.dataclass
+class Result:
+    experiment: str
+    config: dict[str, Any]
+    env: dict[str, Any]
+    records: list[dict[str, Any]]
+    created: str = dataclasses.field(
+        default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds"
+        )
+    )
+
+    def frame(self):
+        """The records as a pandas DataFrame (one row per record)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.records)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The CLI's ``--json`` object."""
+        return {
+            "experiment": self.experiment,
+            "config": self.config,
+            "env": self.env,
+            "records": self.records,
+            "created": self.created,
+        }
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), default=_jsonable, **kwargs)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Result:
+        return cls(
+            experiment=data["experiment"],
+            config=dict(data.get("config", {})),
+            env=dict(data.get("env", {})),
+            records=[dict(r) for r in data.get("records", [])],
+            created=data.get("created", ""),
+        )
+
+    def __add__(self, other: Result) -> Result:
+        """Concatenate records of the same experiment (e.g. live + reference for one plot)."""
+        return Result(self.experiment, self.config, self.env, self.records + other.records)
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy / torch scalars
+        return value.item()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    if isinstance(value, Path):
+        return str(value)
+    return str(value)
+
+
+def make_result(experiment: str, config: Any, records: Iterable[dict[str, Any]]) -> Result:
+    """Wrap live records with the config and this machine's fingerprint."""
+    from hpclab.measure.sysinfo import fingerprint
+
+    cfg = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+    rows = [{"tier": "live", **r} if "tier" not in r else dict(r) for r in records]
+    return Result(experiment, cfg, fingerprint(), rows)
+
+
+# --- the per-user store ---------------------------------------------------------------------
+
+
+def store_path() -> Path:
+    """``$HPCLAB_RESULTS`` (a file or a directory), else the user's data dir."""
+    env = os.environ.get("HPCLAB_RESULTS")
+    if env:
+        p = Path(env).expanduser()
+        return p / "results.sqlite" if p.is_dir() or not p.suffix else p
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("hpclab")) / "results.sqlite"
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    experiment TEXT NOT NULL,
+    created TEXT NOT NULL,
+    host TEXT,
+    label TEXT,
+    config TEXT NOT NULL,
+    env TEXT NOT NULL,
+    records TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_experiment ON runs(experiment);
+"""
+
+
+def _connect(path: Path | None = None) -> sqlite3.Connection:
+    path = path or store_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # A 10 s busy timeout: two kernels of one student may save at the same moment.
+    conn = sqlite3.connect(str(path), timeout=10.0)
+    conn.executescript(_SCHEMA)
+    return conn
+
+
+def save(result: Result, label: str = "", path: Path | None = None) -> int:
+    """Store a result; returns its id. One transaction: a crash leaves it whole or absent."""
+    conn = _connect(path)
+    try:
+        with conn:
+            cur = conn.execute(
+                "INSERT INTO runs (experiment, created, host, label, config, env, records) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    result.experiment,
+                    result.created,
+                    str(result.env.get("host", "")),
+                    label,
+                    json.dumps(result.config, default=_jsonable),
+                    json.dumps(result.env, default=_jsonable),
+                    json.dumps(result.records, default=_jsonable),
+                ),
+            )
+        return int(cur.lastrowid)
+    finally:
+        conn.close()
+
+
+def load(run_id: int, path: Path | None = None) -> Result:
+    conn = _connect(path)
+    try:
+        row = conn.execute(
+            "SELECT experiment, created, config, env, records FROM runs WHERE id = ?", (run_id,)
+        ).fetchone()
+    finally:
+        conn.close()
+    if row is None:
+        raise KeyError(f"no saved result with id {run_id} in {path or store_path()}")
+    experiment, created, config, env, records = row
+    return Result(experiment, json.loads(config), json.loads(env), json.loads(records), created)
+
+
+def history(experiment: str | None = None, path: Path | None = None):
+    """All saved records as one DataFrame, with run id, label, host and time columns."""
+    import pandas as pd
+
+    conn = _connect(path)
+    try:
+        query = "SELECT id, experiment, created, host, label, records FROM runs"
+        params: tuple = ()
+        if experiment:
+            query += " WHERE experiment = ?"
+            params = (experiment,)
+        rows = conn.execute(query + " ORDER BY id", params).fetchall()
+    finally:
+        conn.close()
+    out = []
+    for run_id, exp, created, host, label, records in rows:
+        for rec in json.loads(records):
+            out.append(
+                {
+                    "run_id": run_id,
+                    "experiment": exp,
+                    "created": created,
+                    "host": host,
+                    "label": label,
+                    **rec,
+                }
+            )
+    return pd.DataFrame(out)
+
+
+# --- bundled references ---------------------------------------------------------------------
+
+
+def reference_names() -> list[str]:
+    """Names of the bundled reference result files (``hpclab/references/NAME.json``)."""
+    folder = resources.files("hpclab") / "references"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+def load_reference(name: str) -> Result:
+    """A bundled published/real-cluster result; every record has ``tier="reference"`` and a
+    ``source``. The file holds ``{"experiment", "source", "records", "notes"?}``."""
+    folder = resources.files("hpclab") / "references"
+    path = folder / f"{name}.json"
+    if not path.is_file():
+        raise KeyError(
+            f"no reference named {name!r}; available: {', '.join(reference_names()) or 'none'}"
+        )
+    data = json.loads(path.read_text())
+    source = data["source"]
+    records = [{"tier": "reference", "source": source, **r} for r in data["records"]]
+    env = {"source": source, "notes": data.get("notes", "")}
+    return Result(data["experiment"], data.get("config", {}), env, records, data.get("date", ""))
