@@ -68,7 +68,7 @@ class LaunchTimeout(RankError):
 def _usable_cores() -> int:
     from hpclab.measure.sysinfo import usable_cores
 
-    return usable_cores()
+    return usable_cores()[0]
 
 
 def _cuda_initialized() -> bool:

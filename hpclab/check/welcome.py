@@ -1,0 +1,54 @@
+"""Checks for chapter 00's exercise: this CPU's theoretical fp32 peak."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hpclab.check import CheckResult, as_number, failed, near, passed
+
+
+def peak(value_gflops: Any, info: dict[str, Any] | None = None) -> CheckResult:
+    """Compare a student's fp32 peak (GFLOP/s) with ``system_info()`` and explain a mismatch."""
+    if info is None:
+        from hpclab.measure.sysinfo import system_info
+
+        info = system_info()
+    value = as_number(value_gflops, "my_peak_gflops")
+    if isinstance(value, CheckResult):
+        return value
+    cores, node = info["cores_usable"], info["cores_node"]
+    clock, nominal = info["clock_ghz"], info.get("clock_ghz_nominal")
+    fpc = info["flops_per_cycle"]["fp32"]
+    if not clock:
+        return failed("this machine's clock could not be measured, so there is no peak to compare")
+    expected = cores * clock * fpc
+    formula = f"{cores} cores x {clock:.2f} GHz x {fpc} FLOP/cycle = {expected:.1f} GFLOP/s"
+    if value <= 0:
+        return failed(f"a peak must be positive; expected about {formula}")
+    ratio = value / expected
+    if near(ratio, 1.0, 0.01):
+        return passed("your fp32 peak matches system_info() within 1%.")
+    hints = []
+    if nominal and not near(nominal / clock, 1.0, 0.03) and near(ratio, nominal / clock):
+        hints.append(
+            f"you used the nominal clock ({nominal:.2f} GHz, what lscpu/cpuinfo label the CPU "
+            f"with); cores run at the measured {clock:.2f} GHz, and a peak from the label makes "
+            "real kernels look faster than possible"
+        )
+    if node != cores and near(ratio, node / cores):
+        hints.append(
+            f"you counted all {node} cores of the node; your allocation can use {cores} "
+            "(affinity, cgroup, SLURM_CPUS_PER_TASK)"
+        )
+    if near(ratio, 0.5):
+        hints.append("an FMA (fused multiply-add) is 2 FLOPs: multiply the FMA lanes by 2")
+    if near(ratio, 2.0):
+        hints.append("you counted 2x too many FLOPs: did you double the FMA lanes twice?")
+    if near(ratio, 1.0 / cores) and cores > 1:
+        hints.append(f"that is the peak of one core; multiply by the {cores} usable cores")
+    for scale, unit in ((1e3, "MFLOP/s"), (1e9, "FLOP/s"), (1e-3, "TFLOP/s")):
+        if near(ratio, scale):
+            hints.append(f"the answer is in GFLOP/s; yours looks like {unit}")
+    if not hints:
+        hints.append(f"it is {ratio:.2f}x the expected value")
+    return failed("; ".join(hints) + f". Expected: {formula}.")

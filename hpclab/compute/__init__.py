@@ -1,0 +1,1 @@
+"""Chapter 01 (GPU vs CPU): throughput of dense kernels against the machine's limits."""

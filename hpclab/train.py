@@ -1,0 +1,110 @@
+"""Data, models and the one training step every chapter uses (chapters 01, 04, 05, 06).
+
+No downloads: the data are scikit-learn's bundled 8x8 digits (1797 real images) or generated
+MNIST-like images (class templates plus noise, learnable, any count and size). The models are
+small on purpose: the lesson of seed 001 is that a small model (its MNIST net) stops scaling
+across GPUs while a large one keeps going, so the course needs both sizes.
+
+Shapes: images ``[N, C, H, W]`` float32 in [0, 1]; flat features ``[N, C*H*W]``; labels ``[N]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+MODELS = ("tiny", "large", "cnn")
+
+
+def digits(flat: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """scikit-learn's digits: X ``[1797, 64]`` (or ``[1797, 1, 8, 8]``) in [0, 1], y ``[1797]``."""
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    x = torch.tensor(data.images, dtype=torch.float32) / 16.0  # pixel values are 0..16
+    y = torch.tensor(data.target, dtype=torch.long)
+    return (x.reshape(len(x), -1) if flat else x.unsqueeze(1)), y
+
+
+def synthetic_images(
+    n: int,
+    shape: tuple[int, int, int] = (1, 28, 28),
+    classes: int = 10,
+    noise: float = 0.3,
+    seed: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """MNIST-like data: each class is a fixed random template; samples add Gaussian noise.
+
+    Deterministic for a seed; ``X [n, *shape]`` float32 in [0, 1], ``y [n]`` int64.
+    """
+    if n < 1 or classes < 2:
+        raise ValueError(f"need n >= 1 and classes >= 2, got n={n}, classes={classes}")
+    gen = torch.Generator().manual_seed(seed)
+    templates = torch.rand((classes, *shape), generator=gen)
+    y = torch.randint(0, classes, (n,), generator=gen)
+    x = templates[y] + noise * torch.randn((n, *shape), generator=gen)
+    return x.clamp_(0.0, 1.0), y
+
+
+def make_model(name: str, in_features: int = 64, classes: int = 10, seed: int = 0) -> nn.Module:
+    """``tiny``: MLP in-128-classes; ``large``: MLP in-1024-1024-classes (>= 10x tiny's
+    parameters); ``cnn``: two conv layers + linear, for square single-channel images with
+    ``in_features = side * side``. Same seed, same initial weights (for parallel == serial tests)."""
+    torch.manual_seed(seed)
+    if name == "tiny":
+        return nn.Sequential(nn.Linear(in_features, 128), nn.ReLU(), nn.Linear(128, classes))
+    if name == "large":
+        return nn.Sequential(
+            nn.Linear(in_features, 1024),
+            nn.ReLU(),
+            nn.Linear(1024, 1024),
+            nn.ReLU(),
+            nn.Linear(1024, classes),
+        )
+    if name == "cnn":
+        side = int(round(in_features**0.5))
+        if side * side != in_features:
+            raise ValueError(f"cnn needs square images; in_features={in_features} is not a square")
+        return nn.Sequential(
+            nn.Unflatten(1, (1, side, side)),
+            nn.Conv2d(1, 16, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(4),
+            nn.Flatten(),
+            nn.Linear(32 * 16, classes),
+        )
+    raise ValueError(f"model={name!r} is not known; allowed: {', '.join(MODELS)}")
+
+
+def parameter_count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy,
+) -> float:
+    """One SGD step: forward, loss, backward, update. Returns the loss (a float: syncs device)."""
+    optimizer.zero_grad(set_to_none=True)
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return float(loss.detach())
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Fraction of correct predictions."""
+    model.eval()
+    try:
+        return float((model(x).argmax(dim=1) == y).float().mean())
+    finally:
+        model.train()
