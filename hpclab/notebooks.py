@@ -25,8 +25,6 @@ _KEEP_NB_META = ("kernelspec", "language_info")
 
 def _clean_output(out: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(out)
-    if "execution_count" in out:
-        out["execution_count"] = None
     data = out.get("data")
     if isinstance(data, dict):
         for mime in _DROP_MIME:
@@ -53,13 +51,15 @@ def clean(nb: Any, keep_outputs: bool = True) -> Any:
         cell["metadata"] = {"tags": tags} if tags else {}
         if cell.cell_type != "code":
             continue
-        cell["execution_count"] = None
         if keep_outputs and CHECK_MARK in cell.source:
+            # nbval refuses stored outputs without an execution count; a fresh top-to-bottom
+            # run numbers cells deterministically, so the count is stable.
             cell["outputs"] = [
                 _clean_output(o) for o in cell.get("outputs", []) if o.get("output_type") != "error"
             ]
             cell["outputs"] = [o for o in cell["outputs"] if o.get("data") != {}]
         else:
+            cell["execution_count"] = None
             cell["outputs"] = []
     return nb
 

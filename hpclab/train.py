@@ -10,6 +10,7 @@ Shapes: images ``[N, C, H, W]`` float32 in [0, 1]; flat features ``[N, C*H*W]``;
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import torch
@@ -85,19 +86,53 @@ def parameter_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def forward_backward(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy,
+    scale: float = 1.0,
+) -> torch.Tensor:
+    """Forward, loss and backward for one (micro-)batch; gradients add into ``.grad``.
+
+    ``scale`` weights this chunk's loss (``len(chunk) / len(batch)`` for gradient accumulation,
+    so the summed gradients equal the full batch's mean-loss gradient). Returns the unscaled
+    loss, detached (no device sync). On a DDP model the gradient all-reduce runs inside
+    ``backward`` (chapter 06), overlapped with the rest of the backward pass.
+    """
+    loss = loss_fn(model(x), y)
+    (loss * scale if scale != 1.0 else loss).backward()
+    return loss.detach()
+
+
 def train_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     x: torch.Tensor,
     y: torch.Tensor,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy,
+    micro_batches: int = 1,
 ) -> float:
-    """One SGD step: forward, loss, backward, update. Returns the loss (a float: syncs device)."""
+    """One SGD step: forward, loss, backward, update. Returns the loss (a float: syncs device).
+
+    ``micro_batches=k`` splits the batch into ``k`` chunks whose gradients accumulate before the
+    one update (gradient accumulation, chapter 06). On a DDP model all chunks but the last run
+    under ``model.no_sync()``, so gradients are all-reduced once per step, not once per chunk.
+    """
+    if micro_batches < 1 or micro_batches > len(x):
+        raise ValueError(f"micro_batches={micro_batches} must be in 1..{len(x)} (the batch size)")
     optimizer.zero_grad(set_to_none=True)
-    loss = loss_fn(model(x), y)
-    loss.backward()
+    chunks = list(zip(x.chunk(micro_batches), y.chunk(micro_batches), strict=True))
+    total = None
+    for i, (xc, yc) in enumerate(chunks):
+        last = i == len(chunks) - 1
+        sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else None
+        with sync or model.no_sync():
+            loss = forward_backward(model, xc, yc, loss_fn, scale=len(xc) / len(x))
+        part = loss if len(chunks) == 1 else loss * (len(xc) / len(x))
+        total = part if total is None else total + part
     optimizer.step()
-    return float(loss.detach())
+    return float(total)
 
 
 @torch.no_grad()

@@ -52,3 +52,31 @@ def peak(value_gflops: Any, info: dict[str, Any] | None = None) -> CheckResult:
     if not hints:
         hints.append(f"it is {ratio:.2f}x the expected value")
     return failed("; ".join(hints) + f". Expected: {formula}.")
+
+
+def fraction_of_peak(
+    value: Any, measured_gflops: float, info: dict[str, Any] | None = None
+) -> CheckResult:
+    """Check the fraction of the fp32 peak that a measured GEMM reached."""
+    if info is None:
+        from hpclab.measure.sysinfo import system_info
+
+        info = system_info()
+    value = as_number(value, "fraction")
+    if isinstance(value, CheckResult):
+        return value
+    expected = measured_gflops / (
+        info["cores_usable"] * info["clock_ghz"] * info["flops_per_cycle"]["fp32"]
+    )
+    if near(value, expected, 0.01):
+        if value > 1.0:
+            return failed(
+                f"the arithmetic is right but {value:.0%} is above 100%: the peak must be wrong "
+                "(a nominal clock?) or the timing missed work"
+            )
+        return passed("that is the fraction of peak this GEMM reached.")
+    if near(value, expected * 100, 0.01):
+        return failed(f"give a fraction between 0 and 1, not a percentage ({value:.1f})")
+    if value > 0 and near(1.0 / value, expected, 0.01):
+        return failed("you divided the peak by the measurement; divide the measurement by the peak")
+    return failed(f"expected {expected:.3f} (measured GFLOP/s / peak GFLOP/s), got {value:.3f}")

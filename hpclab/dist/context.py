@@ -68,9 +68,7 @@ def init_process_group(
     import torch.distributed as dist
 
     timeout = datetime.timedelta(seconds=timeout_s)
-    store = dist.TCPStore(
-        store_host, store_port, world_size=None, is_master=False, timeout=timeout
-    )
+    store = dist.TCPStore(store_host, store_port, world_size=None, is_master=False, timeout=timeout)
     prefixed = dist.PrefixStore("hpclab", store)
     kwargs: dict[str, Any] = {}
     if ctx.backend == "nccl":

@@ -6,7 +6,8 @@ The contract (DESIGN.md, "Launching ranks"), and how it is kept:
   free port and the parent *holds* it while the ranks join, so two launches on one node (two
   students, or two cells) cannot race for the same port.
 - **Backend.** NCCL when each rank owns a GPU, gloo otherwise; one rank with ``backend="auto"``
-  runs without a process group at all.
+  runs without a process group at all, and ``backend="none"`` asks for that with any number of
+  ranks (independent processes sharing tensors, e.g. Hogwild in chapter 05).
 - **Short timeout.** The process-group timeout is seconds, not PyTorch's 30-minute default.
 - **Threads.** Each rank gets ``usable cores // ranks`` intra-op threads.
 - **Quiet children.** A rank's stdout/stderr (also C-level output) go to a log file; a failing
@@ -103,8 +104,8 @@ def choose_backend(world_size: int, backend: str, device: str) -> tuple[str, lis
         raise LaunchError(f"backend={backend!r} is not allowed; allowed: auto, none, gloo, nccl")
     if backend == "nccl" and device != "cuda":
         raise LaunchError("backend='nccl' needs device='cuda' with one GPU per rank")
-    if backend == "none" and world_size > 1:
-        raise LaunchError("backend='none' only works with one rank")
+    # backend="none" with several ranks: independent processes and no process group, asked for
+    # explicitly (Hogwild's shared-memory workers in chapter 05 talk through shared tensors).
     return backend, devices
 
 
@@ -320,7 +321,7 @@ def launch(
                             _exit_summary(p.exitcode),
                             "",
                             _tail(os.path.join(logdir, f"rank{r}.log")),
-                        )
+                        ) from None
                 continue
             if kind == "progress":
                 if rank == 0:

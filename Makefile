@@ -1,0 +1,61 @@
+# hpclab: `make lab` opens the workbook, `make test` runs every test (what .ci/run calls).
+PYTHON ?= python3
+VENV ?= .venv
+# CI and laptops take the CPU wheel; on a GPU cluster install the site's torch first
+# (pyproject.toml keeps a range, so pip leaves it alone) or override: make TORCH_SPEC=... lab
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.hpclab-installed
+NOTEBOOKS := $(wildcard notebooks/[0-9][0-9]_*.ipynb) $(wildcard solutions/[0-9][0-9]_*.ipynb)
+
+.PHONY: install lab test lint format notebooks exercises benchmarks kernel clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lab: install
+	HPCLAB_VENV=$(VENV) bash scripts/lab.sh
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+# Everything CI checks; the last thing printed is pytest's summary line.
+test: install lint
+	$(BIN)/hpclab exercises check
+	CI=true HPCLAB_QUICK=1 PLOTLY_RENDERER=plotly_mimetype $(BIN)/python -m pytest \
+		tests notebooks solutions -m "not gpu" -p no:cacheprovider \
+		--nbval-lax --nbval-sanitize-with tests/sanitize.cfg \
+		--ignore=tests/browser/demo_widget.ipynb
+
+# On a GPU node: the GPU-marked tests.
+test-gpu: install
+	$(BIN)/python -m pytest tests -m gpu
+
+# Re-execute notebooks in quick mode and keep only nbval-checked outputs; rebuild exercises.
+notebooks: install
+	$(BIN)/hpclab notebooks refresh $(NOTEBOOKS)
+	$(BIN)/hpclab exercises build
+
+exercises: install
+	$(BIN)/hpclab exercises build
+
+benchmarks: install
+	for b in benchmarks/*.py; do $(BIN)/python $$b | tail -n 3; done
+
+# For JupyterHub: make this environment a kernel named "hpclab" in your user's kernel list.
+kernel: install
+	$(BIN)/python -m ipykernel install --user --name hpclab --display-name "Python (hpclab)"
+
+clean:
+	rm -rf test-artifacts .pytest_cache .ruff_cache

@@ -1,0 +1,121 @@
+"""The CLI contract: one-line errors with exit 2, --json prints exactly one object."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def hpclab(*args, env=None):
+    import os
+
+    full_env = {**os.environ, "HPCLAB_QUICK": "1", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "hpclab.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=full_env,
+    )
+
+
+def test_run_list_names_every_experiment():
+    from hpclab.experiments import registry
+
+    out = hpclab("run", "--list")
+    assert out.returncode == 0
+    listed = {line.split()[0] for line in out.stdout.splitlines()}
+    assert listed == set(registry())
+
+
+def test_run_json_is_one_object():
+    out = hpclab("run", "hardware", "--probe-size", "64", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)  # fails if anything else is printed
+    assert set(data) >= {"experiment", "config", "env", "records"}
+    assert data["config"] == {"cores": 0, "probe_size": 64}
+    live = [r for r in data["records"] if r["tier"] == "live"]
+    assert live and live[0]["gflops"] > 0
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (
+            ("run", "hardware", "--probe-size", "-5"),
+            "probe_size=-5 is out of range; allowed: 0..8192",
+        ),
+        (("run", "hardware", "--probe-size", "abc"), "invalid int value: 'abc'"),
+        (("run", "hardware", "--nope", "1"), "unrecognized arguments: --nope 1"),
+        (("run", "nosuch"), "unknown experiment 'nosuch'; known:"),
+        (("frobnicate",), "invalid choice: 'frobnicate'"),
+        (("exercises", "explode"), "invalid choice: 'explode'"),
+    ],
+)
+def test_bad_arguments_one_line_exit_2(args, fragment):
+    out = hpclab(*args)
+    assert out.returncode == 2
+    assert fragment in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_doctor_json_has_env_fingerprint_fields():
+    out = hpclab("doctor", "--json")
+    assert out.returncode in (0, 1), out.stderr
+    data = json.loads(out.stdout)
+    env = data["env"]
+    for key in ("cpu_model", "cores_usable", "clock_ghz", "peak_gflops", "gpus", "torch", "shm_gb"):
+        assert key in env
+    assert {c["level"] for c in data["checks"]} <= {"ok", "warn", "fail"}
+
+
+def test_doctor_text_report():
+    out = hpclab("doctor")
+    assert out.returncode in (0, 1)
+    assert "[ok]" in out.stdout or "[warn]" in out.stdout
+
+
+def test_save_stores_a_run(tmp_path):
+    store = tmp_path / "r.sqlite"
+    out = hpclab(
+        "run",
+        "hardware",
+        "--probe-size",
+        "0",
+        "--save",
+        "--label",
+        "x",
+        env={"HPCLAB_RESULTS": str(store)},
+    )
+    assert out.returncode == 0 and "saved as run 1" in out.stderr
+    from hpclab import results
+
+    assert results.history(path=store)["label"].tolist()[0] == "x"
+
+
+def test_exercises_check_names_stale_file(tmp_path):
+    sol = tmp_path / "solutions"
+    sol.mkdir()
+    import shutil
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    shutil.copy(root / "solutions" / "00_welcome.ipynb", sol)
+    out = hpclab("exercises", "check", "--solutions", str(sol), "--exercises", str(tmp_path / "ex"))
+    assert out.returncode == 1 and "00_welcome.ipynb is missing" in out.stderr
+    assert (
+        hpclab(
+            "exercises", "build", "--solutions", str(sol), "--exercises", str(tmp_path / "ex")
+        ).returncode
+        == 0
+    )
+    assert (
+        hpclab(
+            "exercises", "check", "--solutions", str(sol), "--exercises", str(tmp_path / "ex")
+        ).returncode
+        == 0
+    )

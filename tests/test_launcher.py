@@ -1,0 +1,203 @@
+"""The rank launcher's contract (DESIGN.md "Launching ranks"), on 2 gloo ranks on CPU."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import psutil
+import pytest
+import torch
+import torch.distributed as dist
+
+from hpclab.dist import LaunchError, RankError, launch
+from hpclab.dist.launcher import LaunchTimeout
+from hpclab.progress import Cancelled, Progress
+
+
+def _sum_ranks(ctx, offset):
+    t = torch.tensor([float(ctx.rank + offset)])
+    dist.all_reduce(t)
+    print("this must not reach the parent's stdout")
+    return {
+        "rank": ctx.rank,
+        "sum": t.item(),
+        "threads": torch.get_num_threads(),
+        "pid": os.getpid(),
+    }
+
+
+def _raise_on_rank1(ctx):
+    if ctx.rank == 1:
+        raise ValueError("deliberate failure on rank one")
+    t = torch.ones(1)
+    dist.all_reduce(t)  # rank 0 would wait here for rank 1
+    return 0
+
+
+def _hang_on_rank1(ctx):
+    if ctx.rank == 1:
+        time.sleep(600)
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    return 0
+
+
+def _exit_hard_on_rank1(ctx):
+    if ctx.rank == 1:
+        os._exit(3)
+    time.sleep(600)
+
+
+def _sleep_forever(ctx):
+    time.sleep(600)
+
+
+def _with_grandchild(ctx):
+    import subprocess
+
+    subprocess.Popen(["sleep", "600"])
+    raise RuntimeError("rank with a child process fails")
+
+
+def _report_progress(ctx, steps):
+    for i in range(steps):
+        ctx.progress(i + 1, steps, f"step {i + 1}")
+        time.sleep(0.05)
+    return ctx.rank
+
+
+def test_results_come_back_by_rank(no_orphans, capfd):
+    out = launch(_sum_ranks, 2, args=(10,), threads_per_rank=1)
+    assert [o["rank"] for o in out] == [0, 1]
+    assert all(o["sum"] == 21.0 for o in out)  # (0+10) + (1+10)
+    assert all(o["threads"] == 1 for o in out)
+    assert out[0]["pid"] != out[1]["pid"] != os.getpid()
+    captured = capfd.readouterr()
+    assert "must not reach" not in captured.out + captured.err
+
+
+def test_threads_per_rank_defaults_to_usable_cores_split():
+    from hpclab.measure.sysinfo import usable_cores
+
+    out = launch(_sum_ranks, 2, args=(0,))
+    assert out[0]["threads"] == max(1, usable_cores()[0] // 2)
+
+
+def test_rerun_in_same_process_works():
+    for _ in range(3):
+        assert [o["sum"] for o in launch(_sum_ranks, 2, args=(0,), threads_per_rank=1)] == [
+            1.0,
+            1.0,
+        ]
+
+
+def test_raising_rank_fails_fast_with_its_traceback(no_orphans):
+    t0 = time.monotonic()
+    with pytest.raises(RankError) as info:
+        launch(_raise_on_rank1, 2, threads_per_rank=1, timeout_s=20)
+    elapsed = time.monotonic() - t0
+    assert elapsed < 10, f"took {elapsed:.1f}s"
+    err = info.value
+    assert err.rank == 1
+    assert "deliberate failure on rank one" in str(err)
+    assert "Traceback" in err.traceback and "_raise_on_rank1" in err.traceback
+
+
+def test_hanging_rank_fails_within_the_timeout(no_orphans):
+    t0 = time.monotonic()
+    with pytest.raises(RankError) as info:
+        launch(_hang_on_rank1, 2, threads_per_rank=1, timeout_s=3)
+    elapsed = time.monotonic() - t0
+    assert 2.5 < elapsed < 10, f"took {elapsed:.1f}s"
+    assert info.value.rank == 0  # the peer that timed out waiting
+    assert "still running" in str(info.value) and "[1]" in str(info.value)
+
+
+def test_rank_that_dies_without_a_word_is_named(no_orphans):
+    t0 = time.monotonic()
+    with pytest.raises(RankError) as info:
+        launch(_exit_hard_on_rank1, 2, threads_per_rank=1, timeout_s=20)
+    assert time.monotonic() - t0 < 10
+    assert info.value.rank == 1
+    assert "exited with code 3" in str(info.value)
+
+
+def test_deadline_stops_a_run_outside_collectives(no_orphans):
+    with pytest.raises(LaunchTimeout):
+        launch(_sleep_forever, 2, threads_per_rank=1, deadline_s=1.0)
+
+
+def test_grandchildren_are_killed_too():
+    me = psutil.Process()
+    with pytest.raises(RankError):
+        launch(_with_grandchild, 1, threads_per_rank=1)
+    time.sleep(0.2)
+    left = [p for p in me.children(recursive=True) if "sleep" in " ".join(p.cmdline())]
+    assert not left
+
+
+def test_cancel_stops_all_ranks(no_orphans):
+    progress = Progress()
+    threading.Timer(0.5, progress.cancel).start()
+    t0 = time.monotonic()
+    with pytest.raises(Cancelled):
+        launch(_sleep_forever, 2, threads_per_rank=1, progress=progress)
+    assert time.monotonic() - t0 < 5
+
+
+def test_progress_of_rank0_reaches_the_callback():
+    seen = []
+    progress = Progress(lambda done, total, note: seen.append((done, total, note)))
+    assert launch(_report_progress, 2, args=(4,), threads_per_rank=1, progress=progress) == [0, 1]
+    assert [s[0] for s in seen] == [1, 2, 3, 4]
+    assert seen[-1] == (4, 4, "step 4")
+
+
+def test_two_launches_at_once_do_not_collide():
+    results = {}
+
+    def go(key):
+        results[key] = launch(_sum_ranks, 2, args=(key,), threads_per_rank=1)
+
+    threads = [threading.Thread(target=go, args=(k,)) for k in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert [o["sum"] for o in results[1]] == [3.0, 3.0]
+    assert [o["sum"] for o in results[2]] == [5.0, 5.0]
+
+
+def test_single_rank_needs_no_process_group():
+    def probe(ctx):
+        return (ctx.backend, ctx.distributed, dist.is_initialized())
+
+    assert launch(probe, 1) == [("none", False, False)]
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"world_size": 0}, "world_size=0"),
+        ({"world_size": 2, "device": "cuda"}, "GPU(s) are visible"),
+        ({"world_size": 2, "backend": "mpi"}, "backend='mpi'"),
+    ],
+)
+def test_bad_requests_are_refused_in_one_line(kwargs, fragment):
+    world = kwargs.pop("world_size")
+    if "cuda" in kwargs.values() and torch.cuda.device_count() >= world:
+        pytest.skip("this machine has enough GPUs")
+    with pytest.raises(LaunchError) as info:
+        launch(_sum_ranks, world, args=(0,), **kwargs)
+    assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
+def test_spawn_refuses_a_function_from_main():
+    def local(ctx):
+        return 1
+
+    local.__module__ = "__main__"
+    with pytest.raises(LaunchError, match="spawn cannot import it"):
+        launch(local, 1, start_method="spawn")
