@@ -55,7 +55,7 @@ class HardwareConfig(Config):
 
 def run_hardware(config: HardwareConfig, progress: Progress) -> Result:
     from hpclab.measure.peaks import cpu_peaks
-    from hpclab.measure.sysinfo import cpuinfo, system_info
+    from hpclab.measure.sysinfo import clock_label, cpuinfo, system_info
 
     info = system_info()
     cores = config.cores or info["cores_usable"]
@@ -67,6 +67,7 @@ def run_hardware(config: HardwareConfig, progress: Progress) -> Result:
         cpu["vendor"] or "",
         cpu["model"] or "",
         family=cpu["family"],
+        clock_label=clock_label(info["clock_method"]),
     )
     records: list[dict[str, Any]] = []
     for dtype, p in peaks.items():

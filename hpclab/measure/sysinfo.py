@@ -262,12 +262,17 @@ def _version() -> str:
         return "0+unknown"
 
 
+def clock_label(method: str) -> str:
+    """Short label of how the clock was obtained, for peak derivations ("measured", ...)."""
+    return "measured" if method.startswith("measured") else method.split(" [")[0]
+
+
 def _collect() -> dict[str, Any]:
     cpu = _soft(cpuinfo, default={"model": None, "vendor": None, "family": None, "flags": []})
     cores, sources = usable_cores()
     ghz, method = measure_clock_ghz()
     nominal, _ = _soft(nominal_clock_ghz, default=(None, ""))
-    label = "measured" if method.startswith("measured") else method.split(" [")[0]
+    label = clock_label(method)
     peaks = _soft(
         lambda: cpu_peaks(
             cores,
