@@ -1,0 +1,235 @@
+"""Experiment ``crossover`` (chapter 01): small work is slow on a GPU.
+
+Every GPU operation pays a fixed cost before any arithmetic: Python and the framework
+dispatching it, the kernel launch, and a host synchronisation whenever the CPU needs the
+answer. A simple model of one call of ``w`` units of work (FLOPs for a matmul, bytes for an
+elementwise add) is
+
+    t(w) = latency + w / rate
+
+The CPU has a small latency and a small rate, a GPU a larger latency and a much larger rate,
+so the two lines cross: below the crossover the CPU wins. Solving ``t_cpu(w) = t_gpu(w)``
+gives ``w* = (latency_gpu - latency_cpu) / (1/rate_cpu - 1/rate_gpu)``.
+
+Measured on every device here; without a GPU, the GPU line is a *model* from a datasheet and an
+assumed per-call latency (``launch_us``), labelled as such. Each point also carries
+``seconds_nosync``: the time a naive timer reports (no synchronize), which on a GPU is the
+launch, not the work.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from hpclab.compute import device as dev
+from hpclab.compute.timers import naive_time
+from hpclab.config import Config, ConfigError, param
+from hpclab.progress import Progress
+from hpclab.results import Result, make_result
+
+OPS = ("matmul", "add")
+GPU_MODELS = ("H100 SXM", "A100 SXM 80GB", "V100 SXM2", "P100 SXM2")
+
+
+@dataclass(frozen=True)
+class CrossoverConfig(Config):
+    device: str = param("all", choices=dev.DEVICE_CHOICES, help="cpu, cuda or all")
+    ops: tuple = param(OPS, choices=OPS, help="matmul (n x n x n fp32) and/or add (fp32)")
+    matmul_sizes: tuple = param(
+        (8, 16, 32, 64, 128, 256, 512, 1024),
+        min=1,
+        max=16384,
+        quick=(8, 32, 128, 512),
+        help="n of the n x n matmuls",
+    )
+    add_sizes: tuple = param(
+        (2**8, 2**11, 2**14, 2**17, 2**20, 2**23),
+        min=1,
+        max=2**30,
+        quick=(2**8, 2**12, 2**16, 2**20),
+        help="elements of the adds",
+    )
+    threads: int = param(0, min=0, max=1024, help="CPU threads (0 = usable cores)")
+    repeat: int = param(5, min=1, max=1000, quick=3, help="timed repeats per point")
+    gpu_model: str = param("H100 SXM", choices=GPU_MODELS, help="datasheet for the GPU model")
+    launch_us: float = param(
+        10.0,
+        min=0.5,
+        max=1000.0,
+        help="assumed per-call GPU overhead (µs) for the model line when no GPU is visible",
+    )
+
+    def check(self) -> None:
+        if not self.ops:
+            raise ConfigError("ops=() is empty; allowed: " + ", ".join(OPS))
+
+
+def work_of(op: str, size: int) -> float:
+    """FLOPs of an n x n x n matmul (2 n^3); bytes of an fp32 add of n elements (12 n)."""
+    return 2.0 * size**3 if op == "matmul" else 12.0 * size
+
+
+def size_of(op: str, work: float) -> float:
+    return (work / 2.0) ** (1 / 3) if op == "matmul" else work / 12.0
+
+
+def crossover_work(lat_a: float, rate_a: float, lat_b: float, rate_b: float) -> float:
+    """Work where device b (larger latency, larger rate) starts to beat device a.
+
+    ``inf`` when b is never faster, 0 when it is always faster.
+    """
+    if lat_b <= lat_a and rate_b >= rate_a:
+        return 0.0
+    slope = 1.0 / rate_a - 1.0 / rate_b
+    if slope <= 0:
+        return math.inf
+    return max(0.0, (lat_b - lat_a) / slope)
+
+
+def fit_latency_rate(works: list[float], seconds: list[float]) -> tuple[float, float]:
+    """Least-squares fit of ``t = latency + w / rate``; returns (latency s, rate per s).
+
+    The fit is weighted by 1/t (relative error), since times span several decades.
+    """
+    import numpy as np
+
+    w, t = np.asarray(works, float), np.asarray(seconds, float)
+    a = np.stack([np.ones_like(w), w], axis=1) / t[:, None]
+    (lat, inv_rate), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+    inv_rate = max(inv_rate, 1e-30)
+    return max(float(lat), 0.0), float(1.0 / inv_rate)
+
+
+def _fn(op: str, size: int, device: str):
+    if op == "matmul":
+        dev.ensure_fits(3 * 4 * size * size, device, f"a {size}^3 fp32 matmul")
+        a = torch.randn(size, size, device=device)
+        b = torch.randn(size, size, device=device)
+        c = torch.empty(size, size, device=device)
+        return lambda: torch.mm(a, b, out=c)
+    dev.ensure_fits(12 * size, device, f"an add of {size} fp32 elements")
+    a = torch.randn(size, device=device)
+    b = torch.randn(size, device=device)
+    c = torch.empty(size, device=device)
+    return lambda: torch.add(a, b, out=c)
+
+
+def run_crossover(config: CrossoverConfig, progress: Progress) -> Result:
+    from hpclab.measure.timing import calls_for, synchronize, time_fn
+
+    devices = dev.resolve_devices(config.device)
+    plan = [(d, op, s) for d in devices for op in config.ops
+            for s in sorted(set(config.matmul_sizes if op == "matmul" else config.add_sizes))]  # fmt: skip
+    records: list[dict[str, Any]] = []
+    for i, (device, op, size) in enumerate(plan):
+        progress.update(i, len(plan), f"{op} {size} on {device}")
+        with dev.torch_threads(config.threads if device == "cpu" else 0):
+            fn = _fn(op, size, device)
+            fn()
+            inner = calls_for(fn, 0.002, device)
+            t = time_fn(fn, device=device, repeat=config.repeat, inner=inner)
+            nosync = naive_time(fn, repeat=config.repeat)
+            synchronize(device)  # the naive timer left work queued on a GPU
+        records.append(
+            {"kind": "point", "op": op, "device": device, "size": size,
+             "work": work_of(op, size), "seconds": t.median_s, "seconds_nosync": nosync,
+             "spread": t.spread}  # fmt: skip
+        )
+    if not any(d.startswith("cuda") for d in devices):
+        records += gpu_model_points(config)
+    records += fits_and_crossovers(records)
+    progress.update(len(plan), len(plan), "done")
+    return make_result("crossover", config, records)
+
+
+def gpu_model_points(config: CrossoverConfig) -> list[dict[str, Any]]:
+    """The model GPU line: latency = launch_us, rate = datasheet fp32 peak or bandwidth."""
+    spec = dev.gpu_reference(config.gpu_model)
+    out = []
+    for op in config.ops:
+        rate = spec["fp32"] * 1e12 if op == "matmul" else spec["mem_bw_gbps"] * 1e9
+        what = "fp32 peak" if op == "matmul" else "memory bandwidth"
+        sizes = config.matmul_sizes if op == "matmul" else config.add_sizes
+        for size in sorted(set(sizes)):
+            out.append(
+                {"tier": "model", "kind": "point", "op": op, "device": spec["spec"] + " (model)",
+                 "size": size, "work": work_of(op, size),
+                 "seconds": config.launch_us * 1e-6 + work_of(op, size) / rate,
+                 "source": f"{config.launch_us:g} µs assumed per call + work / {what} "
+                           f"({spec['source']})"}  # fmt: skip
+            )
+    return out
+
+
+def fits_and_crossovers(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A latency/rate fit per (op, device), then the CPU-vs-each-GPU crossover per op."""
+    fits: dict[tuple[str, str], dict[str, Any]] = {}
+    for op in dict.fromkeys(p["op"] for p in points):
+        for device in dict.fromkeys(p["device"] for p in points if p["op"] == op):
+            rows = [p for p in points if p["op"] == op and p["device"] == device]
+            lat, rate = fit_latency_rate([p["work"] for p in rows], [p["seconds"] for p in rows])
+            fits[(op, device)] = {"tier": rows[0].get("tier", "live"), "kind": "fit", "op": op,
+                                  "device": device, "latency_s": lat, "rate_per_s": rate}  # fmt: skip
+    out = list(fits.values())
+    for (op, device), f in fits.items():
+        cpu = fits.get((op, "cpu"))
+        if device == "cpu" or cpu is None:
+            continue
+        w = crossover_work(cpu["latency_s"], cpu["rate_per_s"], f["latency_s"], f["rate_per_s"])
+        measured = _measured_crossover(points, op, device)
+        out.append(
+            {"tier": "model" if f["tier"] == "model" else "live", "kind": "crossover", "op": op,
+             "device": device, "predicted_work": w, "predicted_size": size_of(op, w),
+             "measured_size": measured}  # fmt: skip
+        )
+    return out
+
+
+def _measured_crossover(points: list[dict[str, Any]], op: str, device: str) -> int | None:
+    """Smallest size from which ``device`` is faster than the CPU at every larger size."""
+    cpu = {p["size"]: p["seconds"] for p in points if p["op"] == op and p["device"] == "cpu"}
+    other = {p["size"]: p["seconds"] for p in points if p["op"] == op and p["device"] == device}
+    sizes = sorted(set(cpu) & set(other))
+    best = None
+    for s in reversed(sizes):
+        if other[s] < cpu[s]:
+            best = s
+        else:
+            break
+    return best
+
+
+def plot_crossover(result: Result):
+    """Time per call vs size, one panel per op; dotted lines are the fitted model."""
+    from plotly.subplots import make_subplots
+
+    ops = list(dict.fromkeys(r["op"] for r in result.records))
+    fig = make_subplots(rows=1, cols=len(ops), subplot_titles=[f"{op}: time per call" for op in ops])
+    colors: dict[str, str] = {}
+    for col, op in enumerate(ops, start=1):
+        pts = [r for r in result.records if r["op"] == op and r["kind"] == "point"]
+        for device in dict.fromkeys(p["device"] for p in pts):
+            color = colors.setdefault(device, ["#1f77b4", "#d62728", "#2ca02c"][len(colors) % 3])
+            rows = sorted((p for p in pts if p["device"] == device), key=lambda p: p["size"])
+            fig.add_scatter(x=[p["size"] for p in rows], y=[p["seconds"] for p in rows],
+                            mode="lines+markers", name=f"{device}", line={"color": color},
+                            legendgroup=device, showlegend=col == 1, row=1, col=col)  # fmt: skip
+            if device != "cpu" and rows[0].get("tier") == "live":
+                fig.add_scatter(x=[p["size"] for p in rows],
+                                y=[p["seconds_nosync"] for p in rows], mode="markers",
+                                marker={"symbol": "x", "color": color},
+                                name=f"{device} without synchronize (wrong)",
+                                showlegend=col == 1, row=1, col=col)  # fmt: skip
+        for c in result.records:
+            if c["kind"] == "crossover" and c["op"] == op and math.isfinite(c["predicted_size"]):
+                fig.add_vline(x=max(c["predicted_size"], 1), line_dash="dot", row=1, col=col,
+                              annotation_text=f"crossover ~{c['predicted_size']:.0f}")  # fmt: skip
+        unit = "n (n x n x n)" if op == "matmul" else "elements"
+        fig.update_xaxes(type="log", title_text=unit, row=1, col=col)
+        fig.update_yaxes(type="log", title_text="seconds", row=1, col=col)
+    fig.update_layout(height=440, legend={"orientation": "h", "y": -0.25})
+    return fig

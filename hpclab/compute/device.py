@@ -1,0 +1,193 @@
+"""Devices, threads, memory guards and peaks for chapter 01's experiments (GPU vs CPU).
+
+Every chapter-01 run goes through these helpers so that the same rules hold everywhere:
+
+- ``resolve_devices("all")`` is the CPU plus every visible GPU; ``"cuda"`` is GPU 0.
+- ``torch_threads(n)`` sets the CPU thread count for one run and restores it afterwards. It is
+  called *inside* the run: a widget runs in a background thread, and the thread count of the
+  OpenMP pool is a per-thread setting.
+- ``ensure_fits(nbytes, device)`` refuses a size before anything is allocated, naming the size
+  asked and the memory available (psutil on the host, ``torch.cuda.mem_get_info`` on a GPU).
+- ``peak_gflops(device, dtype, threads)`` is the theoretical peak with its source: on the CPU
+  ``threads x measured clock x FLOP/cycle`` from :func:`hpclab.measure.sysinfo.system_info`, on a
+  GPU the datasheet figure from :func:`hpclab.measure.peaks.gpu_peak_tflops`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from hpclab.config import ConfigError
+
+GIB = 2**30
+# Names the course uses for dtypes; "tf32" is fp32 storage with TensorFloat-32 tensor-core math.
+DTYPES: dict[str, torch.dtype] = {
+    "fp64": torch.float64,
+    "fp32": torch.float32,
+    "tf32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+}
+# The CLI example in the chapter says --dtype float32: accept torch's names as well.
+ALIASES = {"float64": "fp64", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+DTYPE_CHOICES = tuple(DTYPES) + tuple(ALIASES)
+DEVICE_CHOICES = ("cpu", "cuda", "all")
+# Fraction of available memory a run may take: the rest is for the kernel, Python, other users.
+MEMORY_FRACTION = 0.8
+
+
+def canonical_dtype(name: str) -> str:
+    return ALIASES.get(name, name)
+
+
+def gpu_count() -> int:
+    """Visible GPUs (NVML-based count: does not initialise CUDA)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def resolve_devices(device: str) -> list[str]:
+    """``cpu`` -> ["cpu"]; ``cuda`` -> ["cuda:0"]; ``all`` -> cpu and every GPU.
+
+    Asking for ``cuda`` with no GPU raises a one-line ConfigError.
+    """
+    if device == "cpu":
+        return ["cpu"]
+    n = gpu_count()
+    if device == "all":
+        return ["cpu"] + [f"cuda:{i}" for i in range(n)]
+    if device.startswith("cuda"):
+        if n == 0:
+            raise ConfigError(f"device={device!r}: no GPU is visible here; allowed: cpu, all")
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if index >= n:
+            raise ConfigError(f"device={device!r}: only {n} GPU(s) visible (cuda:0..{n - 1})")
+        return [f"cuda:{index}"]
+    raise ConfigError(f"device={device!r} is not allowed; allowed: {', '.join(DEVICE_CHOICES)}")
+
+
+def device_name(device: str) -> str:
+    if device == "cpu":
+        from hpclab.measure.sysinfo import system_info
+
+        return system_info().get("cpu_model") or "CPU"
+    return torch.cuda.get_device_name(torch.device(device))
+
+
+def unsupported(device: str, dtype: str) -> str | None:
+    """Why ``dtype`` cannot run on ``device`` (None when it can)."""
+    dtype = canonical_dtype(dtype)
+    if dtype not in DTYPES:
+        return f"dtype={dtype!r} is not known; allowed: {', '.join(DTYPES)}"
+    if device == "cpu":
+        if dtype == "tf32":
+            return "tf32 is a tensor-core mode of NVIDIA Ampere and newer GPUs, not a CPU dtype"
+        return None
+    major, _minor = torch.cuda.get_device_capability(torch.device(device))
+    if dtype == "tf32" and major < 8:
+        return f"tf32 needs an Ampere or newer GPU (capability >= 8.0); {device} is {major}.x"
+    if dtype == "bf16" and not torch.cuda.is_bf16_supported():
+        return f"bf16 is not supported on {device} (capability {major}.x)"
+    return None
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[int]:
+    """Run a block with ``n`` CPU threads (0 = all usable cores); restores the old count."""
+    from hpclab.measure.sysinfo import system_info
+
+    old = torch.get_num_threads()
+    n = n or system_info()["cores_usable"]
+    torch.set_num_threads(n)
+    try:
+        yield n
+    finally:
+        torch.set_num_threads(old)
+
+
+@contextlib.contextmanager
+def tf32_mode(enabled: bool) -> Iterator[None]:
+    """TensorFloat-32 matmuls (and cuDNN convs) on or off for a block; restores the old mode."""
+    old_mm = torch.backends.cuda.matmul.allow_tf32
+    old_cudnn = torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old_mm
+        torch.backends.cudnn.allow_tf32 = old_cudnn
+
+
+def available_bytes(device: str) -> int:
+    """Free memory on ``device`` now: psutil's ``available`` on the host, cudaMemGetInfo on a GPU."""
+    if device == "cpu":
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    free, _total = torch.cuda.mem_get_info(torch.device(device))
+    return int(free)
+
+
+def ensure_fits(nbytes: float, device: str, what: str) -> None:
+    """Raise a one-line ConfigError if ``nbytes`` would not fit; call it *before* allocating."""
+    avail = available_bytes(device)
+    if nbytes > MEMORY_FRACTION * avail:
+        raise ConfigError(
+            f"{what} needs {nbytes / GIB:.2f} GiB on {device}, but only {avail / GIB:.2f} GiB "
+            f"are available (at most {MEMORY_FRACTION:.0%} may be used): choose a smaller size"
+        )
+
+
+def element_size(dtype: str) -> int:
+    return torch.empty((), dtype=DTYPES[canonical_dtype(dtype)]).element_size()
+
+
+def peak_gflops(device: str, dtype: str, threads: int | None = None) -> tuple[float | None, str]:
+    """Theoretical peak GFLOP/s of ``dtype`` on ``device`` and where the figure comes from.
+
+    CPU: ``threads`` cores x measured clock x FLOP/cycle/core (chapter 00's derivation).
+    GPU: the datasheet's dense figure; fp64 GEMM uses the FP64 tensor cores where the GPU has
+    them (cuBLAS does on A100/H100), and ``fp32`` means TF32 switched off.
+    """
+    dtype = canonical_dtype(dtype)
+    from hpclab.measure.sysinfo import system_info
+
+    if device == "cpu":
+        from hpclab.measure.peaks import flops_per_cycle
+        from hpclab.measure.sysinfo import cpuinfo
+
+        info = system_info()
+        threads = threads or info["cores_usable"]
+        clock = info.get("clock_ghz")
+        cpu = cpuinfo()
+        fpc, reason = flops_per_cycle(cpu["flags"], cpu["vendor"] or "", cpu["model"] or "",
+                                      cpu["family"]).get(dtype, (None, ""))
+        if not fpc or not clock:
+            return None, "no CPU peak: the clock or the FLOP/cycle of this CPU is unknown"
+        value = threads * clock * fpc
+        method = "measured" if str(info.get("clock_method", "")).startswith("measured") else "nominal"
+        return value, (
+            f"{threads} threads x {clock:.2f} GHz ({method}) x {fpc} FLOP/cycle ({reason}) "
+            f"= {value:.1f} GFLOP/s"
+        )
+    from hpclab.measure.peaks import gpu_peak_tflops
+
+    name = device_name(device)
+    spec = gpu_peak_tflops(name)
+    if spec is None:
+        return None, f"no datasheet peak known for {name!r}"
+    key = "fp64_tensor" if dtype == "fp64" and "fp64_tensor" in spec else dtype
+    if key not in spec:
+        return None, f"{spec['source']} lists no {dtype} figure for {spec['spec']}"
+    return spec[key] * 1e3, f"{spec['spec']} {key} {spec[key]} TFLOP/s dense ({spec['source']})"
+
+
+def gpu_reference(spec_name: str) -> dict[str, Any] | None:
+    """Datasheet row for a GPU model name such as ``"H100 SXM"`` (for reference tiers)."""
+    from hpclab.measure.peaks import gpu_peak_tflops
+
+    return gpu_peak_tflops(spec_name)

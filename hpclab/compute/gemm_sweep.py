@@ -1,0 +1,229 @@
+"""Experiment ``gemm`` (chapter 01): GEMM throughput against the theoretical peak.
+
+Sizes x dtypes x devices (the CPU at several thread counts, every GPU). Each record carries
+``gflops`` (at the median sample), ``peak_gflops`` and ``peak_fraction`` with the peak's
+derivation in ``peak_source``. ``shapes=True`` adds the best over every ``(m, n, k)`` drawn
+from the sizes: the "maximum achievable matmul FLOPS" idea of S. Bekman's ml-engineering
+(MAMF finder), because a GPU's best shape is rarely a square. GPU rows that cannot be measured
+here come from the bundled MAMF table (``reference`` tier, source named).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from hpclab.compute import device as dev
+from hpclab.config import Config, ConfigError, param
+from hpclab.progress import Progress
+from hpclab.results import Result, load_reference, make_result
+
+
+@dataclass(frozen=True)
+class GemmConfig(Config):
+    device: str = param("cpu", choices=dev.DEVICE_CHOICES, help="cpu, cuda (GPU 0) or all")
+    dtype: tuple = param(
+        ("fp64", "fp32", "bf16"),
+        choices=dev.DTYPE_CHOICES,
+        quick=("fp32",),
+        help="element types (tf32 = fp32 storage with tensor-core math, GPU only)",
+    )
+    size: tuple = param(
+        (256, 512, 1024, 2048),
+        min=16,
+        max=65536,
+        quick=(128, 256, 512),
+        help="n of square n x n x n GEMMs",
+    )
+    threads: tuple = param((0,), min=0, max=1024, help="CPU threads to try (0 = usable cores)")
+    repeat: int = param(10, min=1, max=1000, quick=3, help="timed repeats per point")
+    shapes: bool = param(False, help="also search every (m, n, k) from the sizes for the best")
+    references: bool = param(True, help="add published GPU results (MAMF table) as reference")
+
+    def check(self) -> None:
+        if not self.size:
+            raise ConfigError("size=() is empty; give at least one size, e.g. 1024")
+        if not self.dtype:
+            raise ConfigError("dtype=() is empty; allowed: " + ", ".join(dev.DTYPES))
+
+
+def gemm_bytes(m: int, n: int, k: int, dtype: str) -> tuple[int, int]:
+    """(device bytes, host bytes) one timed matmul allocates, including the fp64 check copy."""
+    s = dev.element_size(dtype)
+    on_device = s * (m * k + k * n + m * n) + 8 * (k * n + 8 * (n + k))
+    host = 4 * (m * k + k * n)  # the fp32 normals are drawn on the host, then converted/moved
+    return on_device, host
+
+
+def _guard(m: int, n: int, k: int, dtype: str, device: str) -> None:
+    on_device, host = gemm_bytes(m, n, k, dtype)
+    what = f"a {m}x{k} @ {k}x{n} {dtype} GEMM"
+    if device == "cpu":
+        dev.ensure_fits(on_device + host, "cpu", what)
+    else:
+        dev.ensure_fits(host, "cpu", what + " (host staging)")
+        dev.ensure_fits(on_device, device, what)
+
+
+def _plan(config: GemmConfig) -> list[tuple[str, str, int]]:
+    """(device, dtype, threads) series; unsupported combinations are refused up front."""
+    plan = []
+    for device in dev.resolve_devices(config.device):
+        for dtype in dict.fromkeys(dev.canonical_dtype(d) for d in config.dtype):
+            why = dev.unsupported(device, dtype)
+            if why and config.device != "all":
+                raise ConfigError(f"dtype={dtype!r} on {device}: {why}")
+            if why:
+                continue  # "all": skip what a device cannot do (recorded below)
+            for threads in config.threads if device == "cpu" else (0,):
+                plan.append((device, dtype, threads))
+    return plan
+
+
+def run_gemm(config: GemmConfig, progress: Progress) -> Result:
+    from hpclab.compute.gemm import time_matmul
+
+    plan = _plan(config)
+    sizes = sorted(set(config.size))
+    shapes = [(s, s, s) for s in sizes]
+    if config.shapes:
+        shapes += [t for t in itertools.product(sizes, repeat=3) if len(set(t)) > 1]
+    for device, dtype, _ in plan:  # refuse before anything is allocated
+        for m, n, k in shapes:
+            _guard(m, n, k, dtype, device)
+    records: list[dict[str, Any]] = []
+    total, done = len(plan) * len(shapes), 0
+    for device, dtype, threads in plan:
+        name = dev.device_name(device)
+        with dev.torch_threads(threads if device == "cpu" else 0) as used:
+            peak, source = dev.peak_gflops(device, dtype, used if device == "cpu" else None)
+            for m, n, k in shapes:
+                progress.update(done, total, f"{dtype} {m}x{n}x{k} on {device}, {used} threads")
+                t = time_matmul(m, n, k, dtype, device, repeat=config.repeat)
+                records.append(
+                    {
+                        "kind": "square" if m == n == k else "shape",
+                        "device": device,
+                        "device_name": name,
+                        "dtype": dtype,
+                        "threads": used if device == "cpu" else None,
+                        "size": m if m == n == k else None,
+                        "m": m,
+                        "n": n,
+                        "k": k,
+                        "gflops": t.gflops,
+                        "gflops_best": t.gflops_best,
+                        "peak_gflops": peak,
+                        "peak_fraction": t.gflops / peak if peak else None,
+                        "peak_source": source,
+                        **t.timing.summary(),
+                    }
+                )
+                done += 1
+    if config.shapes:
+        records += max_achievable(records)
+    if config.references:
+        records += reference_records()
+    progress.update(total, total, "done")
+    return make_result("gemm", config, records)
+
+
+def max_achievable(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One ``kind="max_achievable"`` row per (device, dtype, threads): the best shape's figure."""
+    best: dict[tuple, dict[str, Any]] = {}
+    for r in records:
+        if r.get("tier", "live") != "live" or r["kind"] not in ("square", "shape"):
+            continue
+        key = (r["device"], r["dtype"], r["threads"])
+        if key not in best or r["gflops"] > best[key]["gflops"]:
+            best[key] = r
+    return [{**r, "kind": "max_achievable", "size": None} for r in best.values()]
+
+
+def reference_records() -> list[dict[str, Any]]:
+    """Published maximum-achievable bf16 matmul figures for GPUs (reference tier)."""
+    ref = load_reference("mamf_bf16")
+    out = []
+    for r in ref.records:
+        out.append(
+            {
+                **r,
+                "kind": "max_achievable",
+                "dtype": "bf16",
+                "device": r["accelerator"],
+                "gflops": r["mamf_tflops"] * 1e3,
+                "peak_gflops": r["theory_tflops"] * 1e3,
+                "peak_fraction": r["mamf_tflops"] / r["theory_tflops"],
+            }
+        )
+    return out
+
+
+def _series_name(r: dict[str, Any]) -> str:
+    if r["device"] == "cpu":
+        return f"cpu {r['dtype']} {r['threads']} thr"
+    return f"{r['device']} {r['dtype']}"
+
+
+def plot_gemm(result: Result):
+    """Left: GFLOP/s vs size with each series' peak dashed. Right: best fraction of peak,
+    live beside the reference GPUs."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        column_widths=[0.62, 0.38],
+        subplot_titles=("GEMM throughput (log scale)", "best fraction of peak"),
+    )
+    live = [r for r in result.records if r.get("tier") == "live" and r["kind"] == "square"]
+    series: dict[str, list[dict[str, Any]]] = {}
+    for r in live:
+        series.setdefault(_series_name(r), []).append(r)
+    for i, (name, rows) in enumerate(series.items()):
+        rows = sorted(rows, key=lambda r: r["size"])
+        color = f"hsl({(i * 67) % 360},65%,45%)"
+        fig.add_scatter(
+            x=[r["size"] for r in rows],
+            y=[r["gflops"] for r in rows],
+            mode="lines+markers",
+            name=name,
+            line={"color": color},
+            row=1,
+            col=1,
+        )
+        if rows[0]["peak_gflops"]:
+            fig.add_scatter(
+                x=[rows[0]["size"], rows[-1]["size"]],
+                y=[rows[0]["peak_gflops"]] * 2,
+                mode="lines",
+                line={"color": color, "dash": "dash"},
+                name=f"{name} peak",
+                hovertext=rows[0]["peak_source"],
+                showlegend=False,
+                row=1,
+                col=1,
+            )
+    bars: dict[str, dict[str, Any]] = {}
+    for r in result.records:
+        if r.get("peak_fraction") is None or r["kind"] not in ("square", "max_achievable"):
+            continue
+        label = _series_name(r) if r.get("tier") == "live" else f"{r['device']} bf16 (ref)"
+        if label not in bars or r["peak_fraction"] > bars[label]["peak_fraction"]:
+            bars[label] = r
+    fig.add_bar(
+        x=list(bars),
+        y=[100 * r["peak_fraction"] for r in bars.values()],
+        marker={"color": ["#1f77b4" if r.get("tier") == "live" else "#aaa" for r in bars.values()]},
+        hovertext=[r.get("peak_source") or r.get("source") for r in bars.values()],
+        name="% of peak (grey: reference)",
+        row=1,
+        col=2,
+    )
+    fig.update_xaxes(title_text="n (n x n x n GEMM)", type="log", row=1, col=1)
+    fig.update_yaxes(title_text="GFLOP/s", type="log", row=1, col=1)
+    fig.update_yaxes(title_text="% of theoretical peak", range=[0, 105], row=1, col=2)
+    fig.update_layout(height=440, legend={"orientation": "h", "y": -0.25})
+    return fig

@@ -1,0 +1,232 @@
+"""Experiment ``roofline`` (chapter 01): where each kernel sits under the machine's two roofs.
+
+The roofline model (S. Williams, A. Waterman, D. Patterson, "Roofline: an insightful visual
+performance model for multicore architectures", CACM 52(4), 2009):
+
+    attainable GFLOP/s = min(peak GFLOP/s, bandwidth GB/s x intensity FLOP/byte)
+
+The compute roof is the theoretical peak (model tier, derivation in ``source``); the memory
+roof is the measured STREAM triad bandwidth (live). The points are measured kernels placed at
+their intensity (:mod:`hpclab.compute.flops`): GEMMs of several sizes (intensity grows with n),
+an elementwise add and a softmax (fixed, tiny intensity: memory-bound on every machine), and
+AlexNet's second convolution (compute-bound). A reference GPU's roofs come from its datasheet,
+and the same kernels are placed under them as a *model* (intensity is a property of the kernel,
+not of the machine).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from hpclab.compute import device as dev
+from hpclab.compute import flops as F
+from hpclab.config import Config, param
+from hpclab.progress import Progress
+from hpclab.results import Result, make_result
+
+REFERENCE_CHOICES = ("H100 SXM", "A100 SXM 80GB", "V100 SXM2", "P100 SXM2", "none")
+
+
+@dataclass(frozen=True)
+class RooflineConfig(Config):
+    device: str = param("cpu", choices=("cpu", "cuda"), help="where to measure")
+    dtype: str = param("fp32", choices=("fp32", "bf16"), help="element type of every kernel")
+    threads: int = param(0, min=0, max=1024, help="CPU threads (0 = usable cores)")
+    gemm_sizes: tuple = param(
+        (32, 128, 512, 2048), min=8, max=32768, quick=(32, 128, 512), help="n of n^3 GEMMs"
+    )
+    elements: int = param(
+        16 * 2**20, min=2**10, max=2**32, help="elements of the add and the softmax (>> cache)"
+    )
+    conv_batch: int = param(16, min=1, max=1024, quick=2, help="batch of the AlexNet conv2 layer")
+    repeat: int = param(5, min=1, max=1000, quick=3, help="timed repeats per kernel")
+    reference_gpu: str = param("H100 SXM", choices=REFERENCE_CHOICES, help="datasheet roofs")
+
+
+def _time(fn, device: str, repeat: int):
+    from hpclab.measure.timing import time_fn
+
+    return time_fn(fn, device=device, repeat=repeat, warmup=2)
+
+
+def measure_points(config: RooflineConfig, device: str, progress: Progress) -> list[dict]:
+    """Time every kernel of the roofline on ``device``; returns one live record per kernel."""
+    from hpclab.compute.gemm import time_matmul
+
+    tdt = dev.DTYPES[config.dtype]
+    s = dev.element_size(config.dtype)
+    out: list[dict[str, Any]] = []
+    steps = len(config.gemm_sizes) + 3
+
+    def record(work: F.Work, op: str, seconds: float, timing) -> None:
+        out.append(
+            {
+                "kind": "point",
+                "op": op,
+                "label": work.name,
+                "intensity": work.intensity,
+                "gflops": work.flops / seconds / 1e9,
+                "formula": work.formula,
+                **timing.summary(),
+            }
+        )
+
+    for i, n in enumerate(config.gemm_sizes):
+        progress.update(1 + i, steps + 1, f"GEMM {n}^3")
+        t = time_matmul(n, n, n, config.dtype, device, repeat=config.repeat)
+        record(F.gemm(n, n, n, s), "gemm", t.timing.median_s, t.timing)
+
+    n = config.elements
+    dev.ensure_fits(3 * n * s, device, f"three {n}-element arrays")
+    a = torch.rand(n, device=device, dtype=tdt)
+    b = torch.rand(n, device=device, dtype=tdt)
+    c = torch.empty(n, device=device, dtype=tdt)
+    progress.update(steps - 2, steps + 1, "elementwise add")
+    t = _time(lambda: torch.add(a, b, out=c), device, config.repeat)
+    record(F.elementwise(n, 1, 2, s), "add", t.median_s, t)
+    del a, b, c
+
+    rows = max(1, n // 4096)
+    x = torch.randn(rows, 4096, device=device, dtype=tdt)
+    y = torch.empty_like(x)
+    progress.update(steps - 1, steps + 1, "softmax")
+    # the out= variant writes into y: no allocation (and no page faults) inside the timing
+    t = _time(lambda: torch.ops.aten._softmax.out(x, -1, False, out=y), device, config.repeat)
+    record(F.softmax(rows, 4096, s), "softmax", t.median_s, t)
+    del x, y
+
+    p = F.ALEXNET_CONV2
+    batch = config.conv_batch
+    work = F.conv2d(batch, p["c_in"], p["h"], p["w"], p["c_out"], p["kernel"], 1, p["padding"],
+                    p["groups"], s)  # fmt: skip
+    dev.ensure_fits(work.bytes * 2, device, f"AlexNet conv2 at batch {batch}")
+    gen = torch.Generator().manual_seed(0)
+    xin = torch.randn(batch, p["c_in"], p["h"], p["w"], generator=gen).to(device, tdt)
+    w = torch.randn(p["c_out"], p["c_in"] // p["groups"], 5, 5, generator=gen).to(device, tdt)
+    progress.update(steps, steps + 1, "AlexNet conv2")
+    conv = torch.nn.functional.conv2d
+    t = _time(lambda: conv(xin, w, padding=p["padding"], groups=p["groups"]), device, config.repeat)
+    record(work, "conv", t.median_s, t)
+    return out
+
+
+def run_roofline(config: RooflineConfig, progress: Progress) -> Result:
+    from hpclab.compute.bandwidth import measure_stream
+
+    device = dev.resolve_devices(config.device)[0]
+    why = dev.unsupported(device, config.dtype)
+    if why:
+        from hpclab.config import ConfigError
+
+        raise ConfigError(f"dtype={config.dtype!r} on {device}: {why}")
+    records: list[dict[str, Any]] = []
+    with dev.torch_threads(config.threads if device == "cpu" else 0) as used:
+        progress.update(0, 1, "STREAM triad")
+        n = max(config.elements, 16 * 2**20)  # at least 3 x 64 MiB: beyond any CPU's cache
+        bw = measure_stream("triad", n, device, repeat=config.repeat)
+        peak, source = dev.peak_gflops(device, config.dtype, used if device == "cpu" else None)
+        records.append(
+            {"kind": "roof", "roof": "memory", "gbps": bw["gbps"], "source": "STREAM triad"}
+        )
+        records.append(
+            {"tier": "model", "kind": "roof", "roof": "compute", "peak_gflops": peak,
+             "source": source}  # fmt: skip
+        )
+        points = measure_points(config, device, progress)
+    for p in points:
+        if peak:
+            p["attainable_gflops"] = F.attainable_gflops(p["intensity"], peak, bw["gbps"])
+            p["roof_fraction"] = p["gflops"] / p["attainable_gflops"]
+            p["bound"] = F.bound(p["intensity"], peak, bw["gbps"])
+        records.append({"device": device, "threads": used if device == "cpu" else None, **p})
+    for r in records[:2]:
+        r["device"] = device
+    if config.reference_gpu != "none" and device == "cpu":
+        records += reference_gpu_records(config.reference_gpu, config.dtype, points)
+    return make_result("roofline", config, records)
+
+
+def reference_gpu_records(name: str, dtype: str, points: list[dict]) -> list[dict[str, Any]]:
+    """A datasheet GPU's two roofs (reference) and the same kernels placed under them (model)."""
+    spec = dev.gpu_reference(name)
+    if spec is None or dtype not in spec:
+        return []
+    peak, bw = spec[dtype] * 1e3, spec["mem_bw_gbps"]
+    label = f"{spec['spec']} (datasheet)"
+    out: list[dict[str, Any]] = [
+        {"tier": "reference", "kind": "roof", "roof": "memory", "device": label, "gbps": bw,
+         "source": spec["source"]},
+        {"tier": "reference", "kind": "roof", "roof": "compute", "device": label,
+         "peak_gflops": peak, "source": spec["source"]},
+    ]  # fmt: skip
+    for p in points:
+        out.append(
+            {
+                "tier": "model",
+                "kind": "point",
+                "device": label,
+                "op": p["op"],
+                "label": p["label"],
+                "intensity": p["intensity"],
+                "attainable_gflops": F.attainable_gflops(p["intensity"], peak, bw),
+                "bound": F.bound(p["intensity"], peak, bw),
+            }
+        )
+    return out
+
+
+def roofs(result: Result) -> dict[str, tuple[float, float]]:
+    """``{device: (peak_gflops, gbps)}`` from a roofline result."""
+    out: dict[str, list[float]] = {}
+    for r in result.records:
+        if r.get("kind") == "roof":
+            pair = out.setdefault(r["device"], [math.nan, math.nan])
+            if r["roof"] == "compute":
+                pair[0] = r["peak_gflops"] or math.nan
+            else:
+                pair[1] = r["gbps"]
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def plot_roofline(result: Result):
+    """Log-log roofline: each device's two roofs, measured points, modelled reference points."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    xs = [2.0**e for e in range(-5, 12)]
+    for i, (device, (peak, bw)) in enumerate(roofs(result).items()):
+        color = ["#1f77b4", "#888"][min(i, 1)]
+        ridge = peak / bw
+        fig.add_scatter(
+            x=xs,
+            y=[min(peak, bw * x) for x in xs],
+            mode="lines",
+            line={"color": color, "dash": "solid" if i == 0 else "dot"},
+            name=f"{device}: {bw:.0f} GB/s, {peak:.0f} GFLOP/s, ridge {ridge:.1f} FLOP/B",
+        )
+    for tier, symbol in (("live", "circle"), ("model", "circle-open")):
+        pts = [r for r in result.records if r.get("kind") == "point" and r.get("tier") == tier]
+        if not pts:
+            continue
+        fig.add_scatter(
+            x=[r["intensity"] for r in pts],
+            y=[r["gflops"] if tier == "live" else r["attainable_gflops"] for r in pts],
+            mode="markers+text",
+            text=[r["op"] for r in pts],
+            textposition="top center",
+            marker={"size": 10, "symbol": symbol},
+            hovertext=[f"{r['label']}: {r.get('formula', '')}" for r in pts],
+            name="measured" if tier == "live" else "same kernels on the reference GPU (model)",
+        )
+    fig.update_layout(
+        title="Roofline: attainable = min(peak, bandwidth x FLOP/byte)",
+        xaxis={"type": "log", "title": "arithmetic intensity (FLOP / byte)"},
+        yaxis={"type": "log", "title": "GFLOP/s"},
+        height=480,
+        legend={"orientation": "h", "y": -0.2},
+    )
+    return fig
