@@ -201,3 +201,35 @@ def test_spawn_refuses_a_function_from_main():
     local.__module__ = "__main__"
     with pytest.raises(LaunchError, match="spawn cannot import it"):
         launch(local, 1, start_method="spawn")
+
+
+def test_ctrl_c_in_the_parent_stops_every_rank(tmp_path):
+    """A kernel interrupt is SIGINT to the parent only: the ranks must still go."""
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import time\n"
+        "from hpclab.dist import launch\n"
+        "def nap(ctx):\n"
+        "    time.sleep(600)\n"
+        "try:\n"
+        "    launch(nap, 2, threads_per_rank=1)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    proc = psutil.Process(parent.pid)
+    deadline = time.monotonic() + 30
+    while len(proc.children()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    ranks = proc.children(recursive=True)
+    assert len(ranks) >= 2
+    time.sleep(0.3)
+    parent.send_signal(signal.SIGINT)
+    out, _ = parent.communicate(timeout=15)
+    assert "interrupted" in out
+    _, alive = psutil.wait_procs(ranks, timeout=5)
+    assert not alive
