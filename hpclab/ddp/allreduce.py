@@ -1,0 +1,169 @@
+"""Experiment ``allreduce``: all-reduce time, algbw and busbw, measured like nccl-tests (ch. 06).
+
+For a message of ``m`` bytes taking ``t`` seconds on ``n`` ranks (nccl-tests, PERFORMANCE.md):
+
+    algbw = m / t                      what the application sees
+    busbw = algbw * 2(n-1)/n           what each link carried: a ring all-reduce moves
+                                       2(n-1)/n of the message over every link, so busbw is
+                                       comparable with the link's spec and across n
+
+A latency/bandwidth (alpha-beta) fit of the ring model goes with the measurements
+(:func:`hpclab.ddp.model.fit_alpha_beta`). gloo on CPU, NCCL when every rank owns a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from hpclab.config import Config, ConfigError, param
+from hpclab.dist import RankContext, launch
+from hpclab.measure.timing import time_fn
+from hpclab.progress import Progress
+from hpclab.results import Result, make_result
+
+
+def algbw_gbps(nbytes: float, seconds: float) -> float:
+    """Algorithm bandwidth in GB/s (1e9 bytes/s, as nccl-tests prints)."""
+    return nbytes / seconds / 1e9
+
+
+def busbw_gbps(nbytes: float, seconds: float, ranks: int) -> float:
+    """Bus bandwidth in GB/s: algbw x 2(n-1)/n for all-reduce."""
+    return algbw_gbps(nbytes, seconds) * 2 * (ranks - 1) / ranks
+
+
+def message_sizes(min_bytes: int, max_bytes: int, factor: int = 4) -> tuple[int, ...]:
+    """4, 16, 64, ... bytes (fp32 elements, so multiples of 4) up to ``max_bytes``."""
+    out, m = [], max(4, min_bytes // 4 * 4)
+    while m <= max_bytes:
+        out.append(m)
+        m *= factor
+    return tuple(out)
+
+
+def inner_calls(nbytes: int) -> int:
+    """Calls per timed sample: many for tiny messages, one for big (the same on every rank)."""
+    return max(1, min(50, 2**20 // max(nbytes, 1)))
+
+
+@dataclass(frozen=True)
+class AllreduceConfig(Config):
+    ranks: int = param(2, min=2, max=64, help="ranks taking part")
+    min_bytes: int = param(4, min=4, max=2**30, log=True, help="smallest message (bytes)")
+    max_bytes: int = param(
+        64 * 2**20, min=4, max=2**31, quick=16 * 2**20, log=True, help="largest message (bytes)"
+    )
+    repeat: int = param(10, min=3, max=1000, quick=5, help="timed samples per size")
+    device: str = param("auto", choices=("auto", "cpu", "cuda"), help="GPUs (NCCL) or CPU (gloo)")
+
+    def check(self) -> None:
+        if self.min_bytes > self.max_bytes:
+            raise ConfigError(
+                f"min_bytes={self.min_bytes} exceeds max_bytes={self.max_bytes}; "
+                "allowed: min_bytes <= max_bytes"
+            )
+
+
+def allreduce_worker(ctx: RankContext, sizes: tuple[int, ...], repeat: int) -> list[dict]:
+    """Time ``dist.all_reduce`` (sum, fp32) for each size; check the sum once before timing."""
+    import torch.distributed as dist
+
+    out = []
+    for i, nbytes in enumerate(sizes):
+        buf = torch.full((nbytes // 4,), float(ctx.rank + 1), device=ctx.device)
+        want = ctx.world_size * (ctx.world_size + 1) / 2  # 1 + 2 + ... + n
+
+        def check(_: Any, buf: torch.Tensor = buf, want: float = want) -> None:
+            if not torch.all(buf == want):
+                raise AssertionError(f"all_reduce gave {buf[:4].tolist()}, expected {want}")
+            buf.zero_()  # zeros stay zeros: later calls cannot overflow
+
+        def call(buf: torch.Tensor = buf) -> None:
+            dist.all_reduce(buf)
+
+        # No max_time_s cut-off: every rank must issue the same number of collectives.
+        t = time_fn(
+            call,
+            device=ctx.device,
+            warmup=2,
+            repeat=repeat,
+            inner=inner_calls(nbytes),
+            check=check,
+            max_time_s=float("inf"),
+        )
+        out.append({"bytes": nbytes, **t.summary()})
+        ctx.progress(i + 1, len(sizes), f"{nbytes} bytes")
+    return out
+
+
+def measure(
+    ranks: int, sizes: tuple[int, ...], repeat: int, device: str, progress: Progress | None = None
+) -> list[dict[str, Any]]:
+    """Live records: per size the slowest rank's median time, algbw and busbw."""
+    from hpclab.ddp.train import preload
+
+    preload()
+    outs = launch(
+        allreduce_worker,
+        ranks,
+        args=(sizes, repeat),
+        device=device,
+        progress=progress,
+        deadline_s=600.0,
+    )
+    backend = "nccl" if device == "cuda" else "gloo"
+    records = []
+    for j, nbytes in enumerate(sizes):
+        t = max(o[j]["seconds"] for o in outs)  # a collective ends when its slowest rank does
+        records.append(
+            {
+                "tier": "live",
+                "impl": "dist.all_reduce",
+                "backend": backend,
+                "ranks": ranks,
+                "bytes": nbytes,
+                "time_s": t,
+                "time_s_iqr": outs[0][j]["seconds_iqr"],
+                "algbw_gbps": algbw_gbps(nbytes, t),
+                "busbw_gbps": busbw_gbps(nbytes, t, ranks),
+            }
+        )
+    return records
+
+
+def fit_records(records: list[dict[str, Any]], ranks: int, label: str) -> list[dict[str, Any]]:
+    """The alpha-beta fit of ``records`` as model-tier rows (one per size, same fields)."""
+    from hpclab.ddp.model import fit_alpha_beta, ring_allreduce_s
+
+    alpha, bw = fit_alpha_beta([r["bytes"] for r in records], [r["time_s"] for r in records], ranks)
+    rows = []
+    for r in records:
+        t = ring_allreduce_s(r["bytes"], ranks, alpha, bw)
+        rows.append(
+            {
+                "tier": "model",
+                "impl": f"alpha-beta fit ({label})",
+                "ranks": ranks,
+                "bytes": r["bytes"],
+                "time_s": t,
+                "algbw_gbps": algbw_gbps(r["bytes"], t),
+                "busbw_gbps": busbw_gbps(r["bytes"], t, ranks),
+                "alpha_s": alpha,
+                "bandwidth_gbps": bw / 1e9,
+            }
+        )
+    return rows
+
+
+def run_allreduce(config: AllreduceConfig, progress: Progress) -> Result:
+    from hpclab.ddp.train import resolve_device
+
+    device = resolve_device(config.ranks, config.device) if config.device != "cpu" else "cpu"
+    sizes = message_sizes(config.min_bytes, config.max_bytes)
+    records = measure(config.ranks, sizes, config.repeat, device, progress)
+    if len(sizes) >= 2:
+        records += fit_records(records, config.ranks, records[0]["backend"])
+    return make_result("allreduce", config, records)

@@ -1,0 +1,155 @@
+"""Figures of chapter 06: scaling (live, model, seed 001's tables) and all-reduce curves.
+
+Efficiency is the one axis where a CPU rank on a laptop, a V100 in 2019 and a model can sit
+side by side: throughput on n devices / (n x throughput on one), dimensionless.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hpclab.results import Result, load_reference
+
+# seed 001's tables, each as one curve: (reference name, filter, label)
+SEED001_CURVES: tuple[tuple[str, dict[str, Any], str], ...] = (
+    (
+        "seed001_mnist_multigpu",
+        {"api": "keras", "gpu": "v100", "batch_size": 256},
+        "seed 001 MNIST Keras V100, batch 256",
+    ),
+    (
+        "seed001_mnist_multigpu",
+        {"api": "keras", "gpu": "v100", "batch_size": 8192},
+        "seed 001 MNIST Keras V100, batch 8192",
+    ),
+    ("seed001_resnet50_v100", {}, "seed 001 ResNet-50 V100, batch 128"),
+    ("seed001_horovod_resnet50", {}, "seed 001 Horovod ResNet-50, 32/GPU"),
+)
+
+
+def reference_scaling(name: str, where: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """A bundled table as records with ``gpus``, ``samples_per_s`` and ``efficiency``.
+
+    Times for a fixed number of iterations at a fixed global batch become samples/s; the
+    efficiency is relative to the table's smallest GPU count (Horovod's starts at 2 GPUs).
+    """
+    ref = load_reference(name)
+    rows = [r for r in ref.records if all(r.get(k) == v for k, v in (where or {}).items())]
+    out = []
+    for r in rows:
+        rate = r.get("samples_per_s")
+        if rate is None:
+            rate = r["batch_size"] * r["iterations"] / r["seconds"]
+        out.append({**r, "samples_per_s": rate})
+    if not out:
+        return out
+    first = min(out, key=lambda r: r["gpus"])
+    per_gpu = first["samples_per_s"] / first["gpus"]
+    for r in out:
+        r["efficiency"] = r["samples_per_s"] / (r["gpus"] * per_gpu)
+    return sorted(out, key=lambda r: r["gpus"])
+
+
+def add_seed001(fig: Any, row: int | None = None, col: int | None = None) -> None:
+    """Overlay seed 001's scaling tables as dashed efficiency curves."""
+    for name, where, label in SEED001_CURVES:
+        rows = reference_scaling(name, where)
+        kw = {"row": row, "col": col} if row else {}
+        fig.add_scatter(
+            x=[r["gpus"] for r in rows],
+            y=[r["efficiency"] for r in rows],
+            mode="lines+markers",
+            line={"dash": "dash"},
+            name=f"reference: {label}",
+            hovertext=[r["source"] for r in rows],
+            **kw,
+        )
+
+
+def plot_ddp(result: Result):
+    """Samples/s and efficiency against ranks, live and model, with seed 001's tables."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(
+        rows=1, cols=2, subplot_titles=("throughput (samples/s)", "scaling efficiency")
+    )
+    groups: dict[tuple, list[dict]] = {}
+    for r in result.records:
+        if r.get("tier") in ("live", "model"):
+            groups.setdefault((r["tier"], r["model"], r["scaling"]), []).append(r)
+    for (tier, model, scaling), rows in sorted(groups.items()):
+        rows = sorted(rows, key=lambda r: r["ranks"])
+        name = f"{model}, {scaling} ({tier})"
+        marker = {"size": 10, "symbol": "circle" if tier == "live" else "circle-open"}
+        x = [r["ranks"] for r in rows]
+        fig.add_scatter(
+            x=x,
+            y=[r["samples_per_s"] for r in rows],
+            mode="markers",
+            name=name,
+            marker=marker,
+            legendgroup=name,
+            row=1,
+            col=1,
+        )
+        fig.add_scatter(
+            x=x,
+            y=[r["efficiency"] for r in rows],
+            mode="markers",
+            name=name,
+            marker=marker,
+            legendgroup=name,
+            showlegend=False,
+            row=1,
+            col=2,
+        )
+    add_seed001(fig, row=1, col=2)
+    fig.add_hline(y=1.0, line={"color": "gray", "width": 1}, row=1, col=2)
+    fig.update_xaxes(type="log", dtick=0.30103, title="ranks / GPUs")
+    fig.update_yaxes(type="log", row=1, col=1)
+    fig.update_yaxes(range=[0, 1.3], row=1, col=2)
+    fig.update_layout(
+        title="Data-parallel scaling: measured here, modelled, and seed 001", height=460
+    )
+    return fig
+
+
+def plot_allreduce(result: Result):
+    """Bus bandwidth and time against message size (log-log), measured and fitted."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("bus bandwidth (GB/s)", "time (s)"))
+    groups: dict[tuple, list[dict]] = {}
+    for r in result.records:
+        if "bytes" in r:
+            groups.setdefault((r["tier"], r.get("impl", "dist.all_reduce"), r["ranks"]), []).append(
+                r
+            )
+    for (tier, impl, ranks), rows in sorted(groups.items()):
+        rows = sorted(rows, key=lambda r: r["bytes"])
+        name = f"{impl}, {ranks} ranks ({tier})"
+        mode = "markers" if tier == "live" else "lines"
+        x = [r["bytes"] for r in rows]
+        fig.add_scatter(
+            x=x,
+            y=[r["busbw_gbps"] for r in rows],
+            mode=mode,
+            name=name,
+            legendgroup=name,
+            row=1,
+            col=1,
+        )
+        fig.add_scatter(
+            x=x,
+            y=[r["time_s"] for r in rows],
+            mode=mode,
+            name=name,
+            legendgroup=name,
+            showlegend=False,
+            row=1,
+            col=2,
+        )
+    fig.update_xaxes(type="log", title="message bytes")
+    fig.update_yaxes(type="log")
+    fig.update_layout(title="All-reduce: busbw = algbw x 2(n-1)/n (nccl-tests)", height=420)
+    return fig

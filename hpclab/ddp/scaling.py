@@ -1,0 +1,137 @@
+"""Experiment ``scaling-model``: what-if to 512 GPUs with the chapter's model (chapter 06).
+
+Choose a workload (seed 001's MNIST, ResNet-50 or Horovod runs, or your own numbers), the
+link inside a node and the network between nodes; get predicted step time, samples/s and
+efficiency per GPU count, overlaid with seed 001's measured tables for that workload. The
+formulas and presets live in :mod:`hpclab.ddp.model`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hpclab.config import Config, ConfigError, param
+from hpclab.ddp.model import LINKS, WORKLOADS, Workload, predict
+from hpclab.ddp.plots import reference_scaling
+from hpclab.progress import Progress
+from hpclab.results import Result, make_result
+
+
+@dataclass(frozen=True)
+class ScalingModelConfig(Config):
+    workload: str = param(
+        "resnet50-seed001", choices=(*WORKLOADS, "custom"), help="preset, or custom numbers below"
+    )
+    link: str = param("pcie3", choices=tuple(LINKS), help="link between GPUs inside a node")
+    network: str = param("ib-edr", choices=tuple(LINKS), help="network between nodes")
+    gpus_per_node: int = param(8, min=1, max=64, help="GPUs per node (beyond: the network)")
+    max_gpus: int = param(512, min=1, max=4096, log=True, help="largest GPU count (powers of 2)")
+    scaling: str = param(
+        "preset", choices=("preset", "weak", "strong"), help="preset: as the source ran it"
+    )
+    overlap: float = param(0.0, min=0.0, max=1.0, help="fraction of all-reduce hidden by compute")
+    link_efficiency: float = param(0.8, min=0.05, max=1.0, help="achieved / spec bandwidth")
+    alpha_us: float = param(-1.0, min=-1.0, max=1e6, help="latency override (us; -1: preset)")
+    bandwidth_gbps: float = param(-1.0, min=-1.0, max=1e4, help="achieved GB/s (-1: preset)")
+    params_m: float = param(3.0, min=1e-6, max=1e6, help="custom: parameters (millions)")
+    batch_size: int = param(256, min=1, max=1 << 20, help="custom: batch at which compute is")
+    compute_ms: float = param(10.0, min=1e-6, max=1e7, help="custom: one step's compute (ms)")
+    floor_ms: float = param(0.0, min=0.0, max=1e7, help="custom: smallest step compute (ms)")
+
+    def check(self) -> None:
+        if self.scaling == "preset" and self.workload == "custom":
+            raise ConfigError("scaling='preset' needs a preset workload; allowed: weak, strong")
+
+    def resolved(self) -> tuple[Workload, str]:
+        if self.workload == "custom":
+            w = Workload(
+                self.params_m * 1e6,
+                self.batch_size,
+                self.compute_ms,
+                self.floor_ms,
+                self.scaling,
+                "",
+                "your numbers",
+            )
+        else:
+            w = WORKLOADS[self.workload]
+        return w, (w.scaling if self.scaling == "preset" else self.scaling)
+
+
+def run_scaling_model(config: ScalingModelConfig, progress: Progress) -> Result:
+    workload, scaling = config.resolved()
+    records = []
+    n = 1
+    while n <= config.max_gpus:
+        p = predict(
+            workload,
+            n,
+            scaling,
+            config.link,
+            config.network,
+            config.gpus_per_node,
+            overlap=config.overlap,
+            link_efficiency=config.link_efficiency,
+            alpha_us=None if config.alpha_us < 0 else config.alpha_us,
+            bandwidth_gbps=None if config.bandwidth_gbps < 0 else config.bandwidth_gbps,
+        )
+        records.append(
+            {"tier": "model", "workload": config.workload, "scaling": scaling, **p.__dict__}
+        )
+        n *= 2
+    if workload.reference:
+        where = {}
+        if workload.reference == "seed001_mnist_multigpu":
+            where = {"api": "keras", "gpu": "v100", "batch_size": workload.batch}
+        for r in reference_scaling(workload.reference, where):
+            records.append(
+                {
+                    "tier": "reference",
+                    "workload": config.workload,
+                    "gpus": r["gpus"],
+                    "samples_per_s": r["samples_per_s"],
+                    "efficiency": r["efficiency"],
+                    "source": r["source"],
+                }
+            )
+    progress.update(1, 1, "")
+    return make_result("scaling-model", config, records)
+
+
+def plot_scaling_model(result: Result):
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("samples/s", "efficiency"))
+    for tier, style in (
+        ("model", {"mode": "lines+markers"}),
+        ("reference", {"mode": "markers", "marker": {"size": 11, "symbol": "diamond"}}),
+    ):
+        rows = sorted((r for r in result.records if r["tier"] == tier), key=lambda r: r["gpus"])
+        if not rows:
+            continue
+        name = "model" if tier == "model" else f"reference: {rows[0]['source'][:60]}..."
+        x = [r["gpus"] for r in rows]
+        fig.add_scatter(
+            x=x,
+            y=[r["samples_per_s"] for r in rows],
+            name=name,
+            legendgroup=tier,
+            row=1,
+            col=1,
+            **style,
+        )
+        fig.add_scatter(
+            x=x,
+            y=[r["efficiency"] for r in rows],
+            name=name,
+            legendgroup=tier,
+            showlegend=False,
+            row=1,
+            col=2,
+            **style,
+        )
+    fig.update_xaxes(type="log", dtick=0.30103, title="GPUs")
+    fig.update_yaxes(type="log", row=1, col=1)
+    fig.update_yaxes(range=[0, 1.1], row=1, col=2)
+    fig.update_layout(title=f"Scaling model: {result.config.get('workload')}", height=420)
+    return fig

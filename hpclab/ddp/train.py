@@ -1,0 +1,212 @@
+"""Experiment ``ddp``: real DistributedDataParallel runs, measured (chapter 06).
+
+A run launches ``ranks`` ranks of :func:`hpclab.ddp.worker.ddp_worker` (NCCL with one GPU per
+rank, else gloo CPU ranks standing in for GPUs) and, as the baseline, one rank with the same
+threads as each of them (so "one GPU" and "each of n GPUs" have the same power). Records:
+
+- ``step_s``: median step time (rank 0), ``compute_s``: the same step without communication
+  (slowest rank), ``comm_s = step_s - compute_s``: communication plus waiting for peers;
+- ``samples_per_s`` (global batch / step) and ``efficiency`` = samples/s on n ranks /
+  (n x samples/s of the baseline);
+- a ``model`` record: compute_s + one measured all-reduce of the gradient bytes (no overlap).
+
+Weak scaling keeps ``batch_size`` per rank; strong scaling splits a global ``batch_size``.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from hpclab.config import Config, ConfigError, param
+from hpclab.ddp.worker import TrainSpec, ddp_worker
+from hpclab.progress import Progress
+from hpclab.results import Result, make_result
+
+
+@dataclass(frozen=True)
+class DDPConfig(Config):
+    ranks: int = param(2, min=1, max=64, help="ranks (GPUs, or CPU processes standing in for them)")
+    batch_size: int = param(
+        64, min=1, max=65536, log=True, help="batch per rank (weak) or global batch (strong)"
+    )
+    model: str = param("tiny", choices=("tiny", "large"), help="tiny MLP or one with >10x params")
+    scaling: str = param("weak", choices=("weak", "strong"), help="keep per-rank or global batch")
+    steps: int = param(30, min=1, max=10000, quick=8, help="timed steps")
+    warmup: int = param(3, min=1, max=100, quick=2, help="untimed steps before timing")
+    bucket_cap_mb: float = param(25.0, min=0.0, max=1024.0, help="DDP bucket size (0: per tensor)")
+    micro_batches: int = param(1, min=1, max=64, help="gradient accumulation chunks per step")
+    device: str = param("auto", choices=("auto", "cpu", "cuda"), help="GPUs if enough, else CPU")
+    baseline: bool = param(True, help="also run one rank, for the efficiency")
+    seed: int = param(0, min=0, max=2**31 - 1, help="data, shuffle and weight seed")
+
+    def check(self) -> None:
+        if self.scaling == "strong" and self.batch_size % self.ranks:
+            lo = self.batch_size // self.ranks * self.ranks
+            near = sorted({v for v in (lo, lo + self.ranks) if v > 0})
+            raise ConfigError(
+                f"batch_size={self.batch_size} is not divisible by ranks={self.ranks} "
+                f"(strong scaling splits it); nearest valid: {', '.join(map(str, near))}"
+            )
+        per_rank = self.per_rank_batch
+        if per_rank * self.ranks > 65536:
+            raise ConfigError(
+                f"batch_size={self.batch_size} gives a global batch of {per_rank * self.ranks}; "
+                "allowed: global batch <= 65536"
+            )
+        if self.micro_batches > per_rank:
+            raise ConfigError(
+                f"micro_batches={self.micro_batches} exceeds the per-rank batch {per_rank}; "
+                f"allowed: 1..{per_rank}"
+            )
+
+    @property
+    def per_rank_batch(self) -> int:
+        return self.batch_size if self.scaling == "weak" else self.batch_size // self.ranks
+
+
+def available(device: str = "auto") -> dict[str, Any]:
+    """What this allocation offers: GPUs (NVML count, CUDA untouched) and usable cores."""
+    import torch
+
+    from hpclab.measure.sysinfo import usable_cores
+
+    return {"gpus": torch.cuda.device_count(), "cores": usable_cores()[0]}
+
+
+def resolve_device(ranks: int, device: str) -> str:
+    """``cuda`` or ``cpu`` for ``ranks`` ranks, or a one-line ConfigError saying what exists."""
+    have = available()
+    gpus, cores = have["gpus"], have["cores"]
+    if device == "cuda" or (device == "auto" and gpus >= ranks and gpus > 0):
+        if gpus < ranks:
+            raise ConfigError(
+                f"ranks={ranks} needs {ranks} GPUs but this allocation has {gpus}; allowed: "
+                f"1..{max(gpus, 1)}, or device=cpu to simulate the ranks as CPU processes (gloo)"
+            )
+        return "cuda"
+    if ranks > cores:
+        raise ConfigError(
+            f"ranks={ranks} exceeds this allocation ({gpus} GPU(s), {cores} usable core(s)); "
+            f"allowed: 1..{max(cores, gpus)} (CPU ranks stand in for GPUs, >= 1 core each)"
+        )
+    return "cpu"
+
+
+@functools.cache
+def preload() -> None:
+    """Import DDP's lazy dependencies once in the parent, so forked ranks start warm.
+
+    The first ``DistributedDataParallel(...)`` in a fresh process imports ``torch._dynamo``
+    (~1-3 s, DESIGN.md's measured facts); forked ranks inherit the parent's imports.
+    """
+    import torch._dynamo  # noqa: F401
+    import torch.nn.parallel  # noqa: F401
+
+
+def launch_spec(ranks: int, spec: TrainSpec, device: str, threads: int, progress: Progress):
+    """Run ``spec`` on ``ranks`` ranks; returns (per-rank outputs, launch wall time)."""
+    from hpclab.dist import launch
+
+    preload()
+    started = time.time()
+    outs = launch(
+        ddp_worker,
+        ranks,
+        args=(spec,),
+        device=device,
+        threads_per_rank=threads,
+        progress=progress,
+        deadline_s=600.0,
+    )
+    return outs, started
+
+
+def _record(cfg: DDPConfig, ranks: int, outs: list[dict], started: float) -> dict[str, Any]:
+    r0 = outs[0]
+    step = r0["step_s"]
+    compute = max(o["compute_s"] for o in outs)
+    per_rank = cfg.per_rank_batch if ranks > 1 or cfg.scaling == "weak" else cfg.batch_size
+    global_batch = per_rank * ranks
+    return {
+        "tier": "live",
+        "ranks": ranks,
+        "model": cfg.model,
+        "scaling": cfg.scaling,
+        "device": r0["device"],
+        "backend": r0["backend"],
+        "threads_per_rank": r0["threads"],
+        "params": r0["params"],
+        "global_batch": global_batch,
+        "per_rank_batch": per_rank,
+        "step_s": step,
+        "step_s_iqr": r0["step_s_iqr"],
+        "compute_s": compute,
+        "comm_s": max(0.0, step - compute),
+        "allreduce_s": r0["allreduce_s"],
+        "samples_per_s": global_batch / step,
+        "buckets": r0["buckets"],
+        "params_max_diff": max(o["params_max_diff"] for o in outs),
+        "loss_last": r0["loss_last"],
+        "startup_s": r0["first_step_at"] - started,
+    }
+
+
+def run_ddp(config: DDPConfig, progress: Progress) -> Result:
+    device = resolve_device(config.ranks, config.device)
+    cores = available()["cores"]
+    threads = max(1, cores // config.ranks)
+    spec = TrainSpec(
+        model=config.model,
+        per_rank_batch=config.per_rank_batch,
+        steps=config.steps,
+        warmup=config.warmup,
+        seed=config.seed,
+        samples=max(4096, 2 * config.per_rank_batch * config.ranks),
+        bucket_cap_mb=config.bucket_cap_mb,
+        micro_batches=config.micro_batches,
+    )
+    plan = [config.ranks]
+    if config.baseline and config.ranks > 1:
+        plan.insert(0, 1)
+    records = []
+    for i, ranks in enumerate(plan):
+        part = Progress(
+            lambda d, t, n, i=i, r=ranks: progress.update(
+                i + (d / t if t else 0), len(plan), f"{r} rank(s): {n}"
+            ),
+            cancel=progress.cancel_event,
+        )
+        run_spec = spec
+        if ranks == 1 and config.scaling == "strong":
+            run_spec = replace(spec, per_rank_batch=config.batch_size)
+        outs, started = launch_spec(ranks, run_spec, device, threads, part)
+        records.append(_record(config, ranks, outs, started))
+    base = next((r for r in records if r["ranks"] == 1), None)
+    for r in records:
+        r["efficiency"] = (
+            r["samples_per_s"] / (r["ranks"] * base["samples_per_s"]) if base else None
+        )
+    last = records[-1]
+    if last["ranks"] > 1:
+        predicted = last["compute_s"] + last["allreduce_s"]
+        rate = last["global_batch"] / predicted
+        records.append(
+            {
+                "tier": "model",
+                "ranks": last["ranks"],
+                "model": config.model,
+                "scaling": config.scaling,
+                "global_batch": last["global_batch"],
+                "step_s": predicted,
+                "compute_s": last["compute_s"],
+                "comm_s": last["allreduce_s"],
+                "samples_per_s": rate,
+                "efficiency": rate / (last["ranks"] * base["samples_per_s"]) if base else None,
+                "formula": "step = compute_s + allreduce_s(gradient bytes), no overlap",
+            }
+        )
+    progress.update(len(plan), len(plan), "done")
+    return make_result("ddp", config, records)

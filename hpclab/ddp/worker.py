@@ -1,0 +1,217 @@
+"""What each rank of a data-parallel run does (chapter 06, "Multi-GPU data parallel").
+
+One worker, :func:`ddp_worker`, serves three purposes with one code path:
+
+- with ``world_size > 1`` it trains a ``DistributedDataParallel`` replica per rank: a
+  ``DistributedSampler`` deals every n-th sample of an epoch's shuffle to each rank,
+  ``set_epoch`` reshuffles per epoch, ``bucket_cap_mb`` sets DDP's gradient buckets and
+  ``micro_batches`` accumulates gradients under ``no_sync`` (one all-reduce per step);
+- with one rank and no process group it is the serial reference (no DDP wrapper);
+- it times the steps with :func:`hpclab.measure.timing.time_fn` and, beside them, the same
+  step on a local copy without communication (``compute_s``) and one all-reduce of the
+  gradient's size (``allreduce_s``), so a run can say where its time went.
+
+The step itself is :func:`hpclab.train.train_step`, the same one every chapter uses.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from hpclab.dist import RankContext
+from hpclab.measure.timing import time_fn
+from hpclab.train import make_model, parameter_count, synthetic_images, train_step
+
+MODELS = ("tiny", "large", "deep")
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """Everything one rank needs (picklable; travels to forked ranks unchanged)."""
+
+    model: str = "tiny"
+    side: int = 28  # images are 1 x side x side, flattened to side**2 features (MNIST: 28)
+    per_rank_batch: int = 32
+    steps: int = 20  # timed steps
+    warmup: int = 3  # untimed steps first (DDP rebuilds its buckets after step 1)
+    lr: float = 0.05
+    seed: int = 0
+    samples: int = 4096
+    bucket_cap_mb: float = 25.0  # 0 means one bucket per parameter tensor
+    micro_batches: int = 1
+    measure_compute: bool = True
+    measure_allreduce: bool = True
+    return_params: bool = False
+
+
+def deep_mlp(in_features: int, classes: int = 10, layers: int = 24, width: int = 256) -> nn.Module:
+    """Many small tensors (2 per layer): where one all-reduce per tensor hurts (tensor fusion)."""
+    mods: list[nn.Module] = [nn.Linear(in_features, width), nn.ReLU()]
+    for _ in range(layers - 2):
+        mods += [nn.Linear(width, width), nn.ReLU()]
+    mods.append(nn.Linear(width, classes))
+    return nn.Sequential(*mods)
+
+
+def build_model(name: str, in_features: int, seed: int) -> nn.Module:
+    """``tiny``/``large`` from :func:`hpclab.train.make_model`; ``deep`` for the bucket sweep."""
+    if name == "deep":
+        torch.manual_seed(seed)
+        return deep_mlp(in_features)
+    return make_model(name, in_features, seed=seed)
+
+
+def model_parameters(name: str, side: int = 28) -> int:
+    """Parameter count of a model choice (for the scaling model's message size)."""
+    return parameter_count(build_model(name, side * side, 0))
+
+
+def dataset(spec: TrainSpec) -> torch.utils.data.TensorDataset:
+    """MNIST-like synthetic data, flattened: X ``[samples, side*side]``, y ``[samples]``."""
+    x, y = synthetic_images(spec.samples, (1, spec.side, spec.side), seed=spec.seed)
+    return torch.utils.data.TensorDataset(x.reshape(len(x), -1), y)
+
+
+def batches(ctx: RankContext, spec: TrainSpec, data: torch.utils.data.Dataset):
+    """Endless (x, y) batches for this rank: its share of each epoch, reshuffled per epoch."""
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    # Explicit replicas/rank: works with no process group too (the serial reference).
+    sampler = DistributedSampler(
+        data, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=spec.seed
+    )
+    on_gpu = ctx.device.startswith("cuda")
+    loader = DataLoader(
+        data, batch_size=spec.per_rank_batch, sampler=sampler, drop_last=True, pin_memory=on_gpu
+    )
+    epoch = 0
+    while True:
+        sampler.set_epoch(epoch)  # without it every epoch repeats epoch 0's order
+        for x, y in loader:
+            yield x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
+        epoch += 1
+
+
+def wrap(ctx: RankContext, model: nn.Module, bucket_cap_mb: float) -> nn.Module:
+    """DDP around ``model`` when a process group exists; the bare model otherwise."""
+    if not ctx.distributed:
+        return model
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    device_ids = [torch.device(ctx.device).index] if ctx.device.startswith("cuda") else None
+    # A cap of ~1 byte puts every parameter tensor in its own bucket (no fusion at all).
+    cap = bucket_cap_mb if bucket_cap_mb > 0 else 1e-6
+    return DDP(model, device_ids=device_ids, bucket_cap_mb=cap)
+
+
+def flat_params(model: nn.Module) -> torch.Tensor:
+    module = getattr(model, "module", model)
+    return torch.nn.utils.parameters_to_vector(module.parameters()).detach()
+
+
+def replica_divergence(ctx: RankContext, model: nn.Module) -> float:
+    """Largest |parameter - rank 0's parameter| over all ranks (0.0 means identical replicas)."""
+    if not ctx.distributed:
+        return 0.0
+    import torch.distributed as dist
+
+    mine = flat_params(model)
+    ref = mine.clone()
+    dist.broadcast(ref, src=0)
+    diff = (mine - ref).abs().max().reshape(1)
+    dist.all_reduce(diff, op=dist.ReduceOp.MAX)
+    return float(diff)
+
+
+def time_allreduce(ctx: RankContext, numel: int, repeat: int = 5) -> float:
+    """Median seconds of one all-reduce of ``numel`` fp32 values (0.0 with one process)."""
+    if not ctx.distributed:
+        return 0.0
+    import torch.distributed as dist
+
+    buf = torch.zeros(numel, device=ctx.device)
+    # No max_time_s: every rank must make the same number of calls or the collective hangs.
+    t = time_fn(
+        lambda: dist.all_reduce(buf),
+        device=ctx.device,
+        warmup=2,
+        repeat=repeat,
+        max_time_s=float("inf"),
+    )
+    return t.median_s
+
+
+def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
+    """Train ``spec.warmup + spec.steps`` steps on this rank; return timings and checks."""
+    data = dataset(spec)
+    model = build_model(spec.model, spec.side * spec.side, spec.seed).to(ctx.device)
+    net = wrap(ctx, model, spec.bucket_cap_mb)
+    opt = torch.optim.SGD(net.parameters(), lr=spec.lr)
+    stream = batches(ctx, spec, data)
+    losses: list[float] = []
+    first_step_at: list[float] = []
+    total = spec.warmup + spec.steps
+
+    def step() -> None:
+        if not first_step_at:
+            first_step_at.append(time.time())
+        x, y = next(stream)
+        losses.append(train_step(net, opt, x, y, micro_batches=spec.micro_batches))
+        ctx.progress(len(losses), total, f"step {len(losses)}/{total}")
+
+    # Deterministic call count on every rank (no time limit): collectives must pair up.
+    timing = time_fn(
+        step,
+        device=ctx.device,
+        warmup=max(1, spec.warmup),
+        repeat=spec.steps,
+        max_time_s=float("inf"),
+    )
+    out: dict[str, Any] = {
+        "rank": ctx.rank,
+        "device": ctx.device,
+        "backend": ctx.backend,
+        "threads": ctx.threads,
+        "step_samples_s": timing.samples_s,
+        "step_s": timing.median_s,
+        "step_s_iqr": timing.iqr_s,
+        "first_step_at": first_step_at[0],
+        "loss_first": losses[0],
+        "loss_last": losses[-1],
+        "params": parameter_count(model),
+        "buckets": _bucket_count(net),
+    }
+    out["params_max_diff"] = replica_divergence(ctx, net)
+    if spec.return_params:
+        out["flat_params"] = flat_params(net).cpu()
+    out["compute_s"] = timing.median_s
+    if spec.measure_compute and ctx.distributed:
+        # The same step on a private copy: no DDP hooks, no all-reduce, no waiting for peers.
+        local = copy.deepcopy(model)
+        local_opt = torch.optim.SGD(local.parameters(), lr=spec.lr)
+
+        def local_step() -> None:
+            x, y = next(stream)
+            train_step(local, local_opt, x, y, micro_batches=spec.micro_batches)
+
+        out["compute_s"] = time_fn(
+            local_step, device=ctx.device, warmup=2, repeat=spec.steps, max_time_s=float("inf")
+        ).median_s
+        ctx.barrier()
+    out["allreduce_s"] = time_allreduce(ctx, out["params"]) if spec.measure_allreduce else 0.0
+    return out
+
+
+def _bucket_count(net: nn.Module) -> int:
+    """Gradient buckets DDP all-reduced per step (after its rebuild at step 1); 0 without DDP."""
+    getter = getattr(net, "_get_ddp_logging_data", None)
+    if getter is None:
+        return 0
+    data = getter()
+    return int(data.get("num_buckets_reduced") or len(str(data.get("bucket_sizes", "")).split(",")))

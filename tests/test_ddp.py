@@ -1,0 +1,134 @@
+"""Chapter 06: DDP on gloo ranks equals one process with the global batch; ranks stay equal."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import psutil
+import pytest
+import torch
+
+from hpclab.config import ConfigError
+from hpclab.ddp.train import DDPConfig, resolve_device
+from hpclab.ddp.worker import TrainSpec, batches, build_model, ddp_worker, wrap
+from hpclab.dist import RankError, launch
+from hpclab.train import make_model, train_step
+
+# 512 samples, 16 per rank on 2 ranks = 16 steps per epoch: 20 steps cross into epoch 2,
+# so a missing set_epoch would change the data order and show up.
+SPEC = TrainSpec(
+    model="tiny",
+    side=8,
+    per_rank_batch=16,
+    steps=18,
+    warmup=2,
+    lr=0.1,
+    samples=512,
+    measure_compute=False,
+    measure_allreduce=False,
+    return_params=True,
+)
+
+
+def _params(outs):
+    return [o["flat_params"] for o in outs]
+
+
+def test_ddp_two_ranks_equals_one_process_with_global_batch():
+    ranks = launch(ddp_worker, 2, args=(SPEC,))
+    serial = launch(ddp_worker, 1, args=(replace(SPEC, per_rank_batch=32),))[0]
+    p0, p1 = _params(ranks)
+    assert torch.equal(p0, p1), "replicas diverged"
+    assert ranks[0]["params_max_diff"] == 0.0
+    assert torch.allclose(p0, serial["flat_params"], rtol=1e-5, atol=1e-6)
+    # ... and the comparison has teeth: one process with the per-rank batch ends elsewhere.
+    small = launch(ddp_worker, 1, args=(replace(SPEC, per_rank_batch=16),))[0]
+    assert not torch.allclose(p0, small["flat_params"], rtol=1e-4, atol=1e-5)
+    assert ranks[0]["buckets"] >= 1 and serial["buckets"] == 0
+
+
+def test_ddp_three_ranks_with_gradient_accumulation_equals_serial():
+    spec = replace(SPEC, samples=576, per_rank_batch=8, micro_batches=2)
+    outs = launch(ddp_worker, 3, args=(spec,))
+    serial = launch(ddp_worker, 1, args=(replace(spec, per_rank_batch=24, micro_batches=1),))[0]
+    assert all(torch.equal(outs[0]["flat_params"], o["flat_params"]) for o in outs)
+    assert torch.allclose(outs[0]["flat_params"], serial["flat_params"], rtol=1e-5, atol=1e-6)
+
+
+def test_micro_batches_equal_one_full_batch_step():
+    x, y = torch.rand(12, 64), torch.randint(0, 10, (12,))
+    losses, params = [], []
+    for k in (1, 3, 4):
+        model = make_model("tiny", 64, seed=3)
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        losses.append(train_step(model, opt, x, y, micro_batches=k))
+        params.append(torch.nn.utils.parameters_to_vector(model.parameters()).detach())
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+    assert torch.allclose(params[0], params[2], atol=1e-6)
+    with pytest.raises(ValueError, match="micro_batches=13"):
+        train_step(model, opt, x, y, micro_batches=13)
+
+
+def _dies_mid_training(ctx, spec):
+    model = build_model(spec.model, spec.side**2, spec.seed)
+    net = wrap(ctx, model, 25.0)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    from hpclab.ddp.worker import dataset
+
+    stream = batches(ctx, spec, dataset(spec))
+    for step in range(1000):
+        if ctx.rank == 1 and step == 3:
+            raise RuntimeError("simulated GPU fault at step 3")
+        train_step(net, opt, *next(stream))
+    return step
+
+
+def test_a_rank_that_dies_mid_training_stops_the_run_and_is_named():
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    t0 = time.monotonic()
+    with pytest.raises(RankError) as info:
+        launch(_dies_mid_training, 2, args=(SPEC,), timeout_s=20)
+    assert time.monotonic() - t0 < 10
+    assert info.value.rank == 1
+    assert "simulated GPU fault" in str(info.value) and "Traceback" in info.value.traceback
+    after = {p.pid for p in psutil.Process().children(recursive=True)}
+    assert after <= before, f"processes left behind: {after - before}"
+
+
+def test_strong_scaling_refuses_indivisible_batch_with_nearest_values():
+    with pytest.raises(ConfigError, match=r"batch_size=100 .* ranks=3 .* nearest valid: 99, 102"):
+        DDPConfig(ranks=3, batch_size=100, scaling="strong")
+    assert DDPConfig(ranks=3, batch_size=99, scaling="strong").per_rank_batch == 33
+    assert DDPConfig(ranks=3, batch_size=100, scaling="weak").per_rank_batch == 100
+
+
+def test_more_ranks_than_the_allocation_is_refused_with_what_exists(monkeypatch):
+    import hpclab.ddp.train as tr
+
+    monkeypatch.setattr(tr, "available", lambda device="auto": {"gpus": 0, "cores": 2})
+    with pytest.raises(ConfigError, match=r"ranks=5 exceeds .*0 GPU\(s\), 2 usable core.*1\.\.2"):
+        resolve_device(5, "auto")
+    with pytest.raises(ConfigError, match=r"needs 2 GPUs but this allocation has 0.*device=cpu"):
+        resolve_device(2, "cuda")
+    assert resolve_device(2, "auto") == "cpu"
+    monkeypatch.setattr(tr, "available", lambda device="auto": {"gpus": 4, "cores": 2})
+    assert resolve_device(4, "auto") == "cuda"
+
+
+def test_run_ddp_records_and_efficiency():
+    from hpclab import experiments
+
+    res = experiments.run("ddp", ranks=2, batch_size=32, model="tiny", steps=6, warmup=2)
+    live = [r for r in res.records if r["tier"] == "live"]
+    model = [r for r in res.records if r["tier"] == "model"]
+    assert [r["ranks"] for r in live] == [1, 2] and len(model) == 1
+    one, two = live
+    assert two["global_batch"] == 64 and one["global_batch"] == 32
+    assert two["samples_per_s"] == pytest.approx(64 / two["step_s"])
+    assert two["efficiency"] == pytest.approx(two["samples_per_s"] / (2 * one["samples_per_s"]))
+    assert one["efficiency"] == 1.0 and one["comm_s"] == 0.0
+    assert two["comm_s"] == pytest.approx(max(0.0, two["step_s"] - two["compute_s"]))
+    assert two["params_max_diff"] == 0.0 and two["backend"] == "gloo"
+    assert two["allreduce_s"] > 0 and 0 < two["startup_s"] < 30
+    assert model[0]["step_s"] == pytest.approx(two["compute_s"] + two["allreduce_s"])
