@@ -1,0 +1,53 @@
+"""Chapter 04's experiment registry: ``pack``, ``storage-read``, ``loader``, ``data-wait``,
+``staging`` (read by :func:`hpclab.experiments.registry`)."""
+
+from __future__ import annotations
+
+from hpclab.experiments import Experiment
+from hpclab.storage.loading import LoaderConfig, WaitConfig, run_loader, run_wait
+from hpclab.storage.plots import plot_loader, plot_pack, plot_read, plot_staging, plot_wait
+from hpclab.storage.reads import PackConfig, ReadConfig, run_pack, run_read
+from hpclab.storage.staging import StagingConfig, run_staging
+
+EXPERIMENTS = [
+    Experiment(
+        "pack",
+        "04",
+        "write a dataset as lmdb/hdf5/files/shards/memmap (atomic, verified)",
+        PackConfig,
+        run_pack,
+        plot_pack,
+    ),
+    Experiment(
+        "storage-read",
+        "04",
+        "random vs sequential, warm vs cold reads per format",
+        ReadConfig,
+        run_read,
+        plot_read,
+    ),
+    Experiment(
+        "loader",
+        "04",
+        "DataLoader: format x batch size x workers, beside seed 002's Caffe table",
+        LoaderConfig,
+        run_loader,
+        plot_loader,
+    ),
+    Experiment(
+        "data-wait",
+        "04",
+        "training steps split into waiting for data vs computing",
+        WaitConfig,
+        run_wait,
+        plot_wait,
+    ),
+    Experiment(
+        "staging",
+        "04",
+        "stage small files vs a tar vs an LMDB to node-local disk",
+        StagingConfig,
+        run_staging,
+        plot_staging,
+    ),
+]
