@@ -29,7 +29,12 @@ from hpclab.config import Config, ConfigError, param
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 
-KERNELS: dict[str, tuple[int, int]] = {"copy": (2, 0), "scale": (2, 1), "add": (3, 1), "triad": (3, 2)}
+KERNELS: dict[str, tuple[int, int]] = {
+    "copy": (2, 0),
+    "scale": (2, 1),
+    "add": (3, 1),
+    "triad": (3, 2),
+}
 Q = 3.0  # STREAM's scalar
 # GPUs drawn as reference ceilings when none is present (datasheet bandwidth, hpclab.measure.peaks).
 REFERENCE_GPUS = ("H100 SXM", "A100 SXM 80GB", "V100 SXM2", "P100 SXM2")

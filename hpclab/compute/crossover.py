@@ -122,8 +122,12 @@ def run_crossover(config: CrossoverConfig, progress: Progress) -> Result:
     from hpclab.measure.timing import calls_for, synchronize, time_fn
 
     devices = dev.resolve_devices(config.device)
-    plan = [(d, op, s) for d in devices for op in config.ops
-            for s in sorted(set(config.matmul_sizes if op == "matmul" else config.add_sizes))]  # fmt: skip
+    plan = [
+        (d, op, s)
+        for d in devices
+        for op in config.ops
+        for s in sorted(set(config.matmul_sizes if op == "matmul" else config.add_sizes))
+    ]
     records: list[dict[str, Any]] = []
     for i, (device, op, size) in enumerate(plan):
         progress.update(i, len(plan), f"{op} {size} on {device}")
@@ -135,9 +139,16 @@ def run_crossover(config: CrossoverConfig, progress: Progress) -> Result:
             nosync = naive_time(fn, repeat=config.repeat)
             synchronize(device)  # the naive timer left work queued on a GPU
         records.append(
-            {"kind": "point", "op": op, "device": device, "size": size,
-             "work": work_of(op, size), "seconds": t.median_s, "seconds_nosync": nosync,
-             "spread": t.spread}  # fmt: skip
+            {
+                "kind": "point",
+                "op": op,
+                "device": device,
+                "size": size,
+                "work": work_of(op, size),
+                "seconds": t.median_s,
+                "seconds_nosync": nosync,
+                "spread": t.spread,
+            }
         )
     if not any(d.startswith("cuda") for d in devices):
         records += gpu_model_points(config)
@@ -156,11 +167,17 @@ def gpu_model_points(config: CrossoverConfig) -> list[dict[str, Any]]:
         sizes = config.matmul_sizes if op == "matmul" else config.add_sizes
         for size in sorted(set(sizes)):
             out.append(
-                {"tier": "model", "kind": "point", "op": op, "device": spec["spec"] + " (model)",
-                 "size": size, "work": work_of(op, size),
-                 "seconds": config.launch_us * 1e-6 + work_of(op, size) / rate,
-                 "source": f"{config.launch_us:g} µs assumed per call + work / {what} "
-                           f"({spec['source']})"}  # fmt: skip
+                {
+                    "tier": "model",
+                    "kind": "point",
+                    "op": op,
+                    "device": spec["spec"] + " (model)",
+                    "size": size,
+                    "work": work_of(op, size),
+                    "seconds": config.launch_us * 1e-6 + work_of(op, size) / rate,
+                    "source": f"{config.launch_us:g} µs assumed per call + work / {what} "
+                    f"({spec['source']})",
+                }
             )
     return out
 
@@ -172,8 +189,14 @@ def fits_and_crossovers(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for device in dict.fromkeys(p["device"] for p in points if p["op"] == op):
             rows = [p for p in points if p["op"] == op and p["device"] == device]
             lat, rate = fit_latency_rate([p["work"] for p in rows], [p["seconds"] for p in rows])
-            fits[(op, device)] = {"tier": rows[0].get("tier", "live"), "kind": "fit", "op": op,
-                                  "device": device, "latency_s": lat, "rate_per_s": rate}  # fmt: skip
+            fits[(op, device)] = {
+                "tier": rows[0].get("tier", "live"),
+                "kind": "fit",
+                "op": op,
+                "device": device,
+                "latency_s": lat,
+                "rate_per_s": rate,
+            }
     out = list(fits.values())
     for (op, device), f in fits.items():
         cpu = fits.get((op, "cpu"))
@@ -182,9 +205,15 @@ def fits_and_crossovers(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
         w = crossover_work(cpu["latency_s"], cpu["rate_per_s"], f["latency_s"], f["rate_per_s"])
         measured = _measured_crossover(points, op, device)
         out.append(
-            {"tier": "model" if f["tier"] == "model" else "live", "kind": "crossover", "op": op,
-             "device": device, "predicted_work": w, "predicted_size": size_of(op, w),
-             "measured_size": measured}  # fmt: skip
+            {
+                "tier": "model" if f["tier"] == "model" else "live",
+                "kind": "crossover",
+                "op": op,
+                "device": device,
+                "predicted_work": w,
+                "predicted_size": size_of(op, w),
+                "measured_size": measured,
+            }
         )
     return out
 
@@ -208,26 +237,46 @@ def plot_crossover(result: Result):
     from plotly.subplots import make_subplots
 
     ops = list(dict.fromkeys(r["op"] for r in result.records))
-    fig = make_subplots(rows=1, cols=len(ops), subplot_titles=[f"{op}: time per call" for op in ops])
+    fig = make_subplots(
+        rows=1, cols=len(ops), subplot_titles=[f"{op}: time per call" for op in ops]
+    )
     colors: dict[str, str] = {}
     for col, op in enumerate(ops, start=1):
         pts = [r for r in result.records if r["op"] == op and r["kind"] == "point"]
         for device in dict.fromkeys(p["device"] for p in pts):
             color = colors.setdefault(device, ["#1f77b4", "#d62728", "#2ca02c"][len(colors) % 3])
             rows = sorted((p for p in pts if p["device"] == device), key=lambda p: p["size"])
-            fig.add_scatter(x=[p["size"] for p in rows], y=[p["seconds"] for p in rows],
-                            mode="lines+markers", name=f"{device}", line={"color": color},
-                            legendgroup=device, showlegend=col == 1, row=1, col=col)  # fmt: skip
+            fig.add_scatter(
+                x=[p["size"] for p in rows],
+                y=[p["seconds"] for p in rows],
+                mode="lines+markers",
+                name=f"{device}",
+                line={"color": color},
+                legendgroup=device,
+                showlegend=col == 1,
+                row=1,
+                col=col,
+            )
             if device != "cpu" and rows[0].get("tier") == "live":
-                fig.add_scatter(x=[p["size"] for p in rows],
-                                y=[p["seconds_nosync"] for p in rows], mode="markers",
-                                marker={"symbol": "x", "color": color},
-                                name=f"{device} without synchronize (wrong)",
-                                showlegend=col == 1, row=1, col=col)  # fmt: skip
+                fig.add_scatter(
+                    x=[p["size"] for p in rows],
+                    y=[p["seconds_nosync"] for p in rows],
+                    mode="markers",
+                    marker={"symbol": "x", "color": color},
+                    name=f"{device} without synchronize (wrong)",
+                    showlegend=col == 1,
+                    row=1,
+                    col=col,
+                )
         for c in result.records:
             if c["kind"] == "crossover" and c["op"] == op and math.isfinite(c["predicted_size"]):
-                fig.add_vline(x=max(c["predicted_size"], 1), line_dash="dot", row=1, col=col,
-                              annotation_text=f"crossover ~{c['predicted_size']:.0f}")  # fmt: skip
+                fig.add_vline(
+                    x=max(c["predicted_size"], 1),
+                    line_dash="dot",
+                    row=1,
+                    col=col,
+                    annotation_text=f"crossover ~{c['predicted_size']:.0f}",
+                )
         unit = "n (n x n x n)" if op == "matmul" else "elements"
         fig.update_xaxes(type="log", title_text=unit, row=1, col=col)
         fig.update_yaxes(type="log", title_text="seconds", row=1, col=col)

@@ -164,12 +164,15 @@ def peak_gflops(device: str, dtype: str, threads: int | None = None) -> tuple[fl
         threads = threads or info["cores_usable"]
         clock = info.get("clock_ghz")
         cpu = cpuinfo()
-        fpc, reason = flops_per_cycle(cpu["flags"], cpu["vendor"] or "", cpu["model"] or "",
-                                      cpu["family"]).get(dtype, (None, ""))
+        fpc, reason = flops_per_cycle(
+            cpu["flags"], cpu["vendor"] or "", cpu["model"] or "", cpu["family"]
+        ).get(dtype, (None, ""))
         if not fpc or not clock:
             return None, "no CPU peak: the clock or the FLOP/cycle of this CPU is unknown"
         value = threads * clock * fpc
-        method = "measured" if str(info.get("clock_method", "")).startswith("measured") else "nominal"
+        method = (
+            "measured" if str(info.get("clock_method", "")).startswith("measured") else "nominal"
+        )
         return value, (
             f"{threads} threads x {clock:.2f} GHz ({method}) x {fpc} FLOP/cycle ({reason}) "
             f"= {value:.1f} GFLOP/s"

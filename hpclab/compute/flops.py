@@ -76,7 +76,9 @@ def conv2d(
     itemsize: int = 4,
 ) -> Work:
     h_out, w_out = conv2d_out(h, kernel, stride, padding), conv2d_out(w, kernel, stride, padding)
-    elems = batch * c_in * h * w + c_out * (c_in // groups) * kernel**2 + batch * c_out * h_out * w_out
+    elems = (
+        batch * c_in * h * w + c_out * (c_in // groups) * kernel**2 + batch * c_out * h_out * w_out
+    )
     return Work(
         f"conv2d {c_in}->{c_out} k{kernel} on {h}x{w}, batch {batch}",
         conv2d_flops(batch, c_in, h, w, c_out, kernel, stride, padding, groups),

@@ -169,7 +169,6 @@ def _series_name(r: dict[str, Any]) -> str:
 def plot_gemm(result: Result):
     """Left: GFLOP/s vs size with each series' peak dashed. Right: best fraction of peak,
     live beside the reference GPUs."""
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     fig = make_subplots(

@@ -64,8 +64,15 @@ def _rng(config: OpsConfig, device: str) -> list[dict[str, Any]]:
     out = []
     for name, fill in (("randn", torch.randn), ("rand", torch.rand)):
         t = _timed(lambda fill=fill: fill(n, out=buf), device, config.repeat)
-        out.append({"op": "rng", "variant": name, "work": n, "gsamples_per_s": t.rate(n) / 1e9,
-                    **t.summary()})  # fmt: skip
+        out.append(
+            {
+                "op": "rng",
+                "variant": name,
+                "work": n,
+                "gsamples_per_s": t.rate(n) / 1e9,
+                **t.summary(),
+            }
+        )
     return out
 
 
@@ -76,14 +83,30 @@ def _fft(config: OpsConfig, device: str) -> list[dict[str, Any]]:
     y = torch.empty_like(x)
     t = _timed(lambda: torch.fft.fft(x, out=y), device, config.repeat)
     work = F.fft_flops(FFT_LENGTH, batch)
-    return [{"op": "fft", "variant": f"c2c length {FFT_LENGTH}", "work": work,
-             "gflops": t.rate(work) / 1e9, **t.summary()}]  # fmt: skip
+    return [
+        {
+            "op": "fft",
+            "variant": f"c2c length {FFT_LENGTH}",
+            "work": work,
+            "gflops": t.rate(work) / 1e9,
+            **t.summary(),
+        }
+    ]
 
 
 def _conv_pool(config: OpsConfig, device: str, ops: tuple) -> list[dict[str, Any]]:
     p = F.ALEXNET_CONV2
-    work = F.conv2d(config.batch, p["c_in"], p["h"], p["w"], p["c_out"], p["kernel"], 1,
-                    p["padding"], p["groups"])  # fmt: skip
+    work = F.conv2d(
+        config.batch,
+        p["c_in"],
+        p["h"],
+        p["w"],
+        p["c_out"],
+        p["kernel"],
+        1,
+        p["padding"],
+        p["groups"],
+    )
     dev.ensure_fits(2 * work.bytes, device, f"AlexNet conv2 at batch {config.batch}")
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(config.batch, p["c_in"], p["h"], p["w"], generator=gen).to(device)
@@ -101,23 +124,42 @@ def _conv_pool(config: OpsConfig, device: str, ops: tuple) -> list[dict[str, Any
             finally:
                 torch.backends.cudnn.benchmark = old
             variant = "forward" if mode is None else f"forward, cudnn.benchmark={mode}"
-            out.append({"op": "conv", "variant": variant, "cudnn_benchmark": mode,
-                        "work": work.flops, "gflops": t.rate(work.flops) / 1e9, **t.summary()})  # fmt: skip
+            out.append(
+                {
+                    "op": "conv",
+                    "variant": variant,
+                    "cudnn_benchmark": mode,
+                    "work": work.flops,
+                    "gflops": t.rate(work.flops) / 1e9,
+                    **t.summary(),
+                }
+            )
     if "pool" in ops:
         y = conv(x, w, padding=2, groups=2)  # [N, 256, 27, 27] -> pooled [N, 256, 13, 13]
         pool = torch.nn.functional.max_pool2d
         t = _timed(lambda: pool(y, 3, 2), device, config.repeat)
         moved = (y.numel() + y.numel() * 13 * 13 / (27 * 27)) * y.element_size()
-        out.append({"op": "pool", "variant": "max 3x3 stride 2", "work": moved,
-                    "gbps": t.rate(moved) / 1e9, **t.summary()})  # fmt: skip
+        out.append(
+            {
+                "op": "pool",
+                "variant": "max 3x3 stride 2",
+                "work": moved,
+                "gbps": t.rate(moved) / 1e9,
+                **t.summary(),
+            }
+        )
     return out
 
 
 def run_ops(config: OpsConfig, progress: Progress) -> Result:
     devices = dev.resolve_devices(config.device)
     records: list[dict[str, Any]] = []
-    steps = [(d, op) for d in devices for op in ("rng", "fft", "conv") if op in config.ops
-             or (op == "conv" and "pool" in config.ops)]  # fmt: skip
+    steps = [
+        (d, op)
+        for d in devices
+        for op in ("rng", "fft", "conv")
+        if op in config.ops or (op == "conv" and "pool" in config.ops)
+    ]
     for i, (device, op) in enumerate(steps):
         progress.update(i, len(steps), f"{op} on {device}")
         with dev.torch_threads(config.threads if device == "cpu" else 0) as used:
@@ -138,8 +180,9 @@ def run_ops(config: OpsConfig, progress: Progress) -> Result:
 
 def _speedups(records: list[dict[str, Any]]) -> None:
     """GPU rows get ``speedup_vs_cpu`` = CPU seconds / GPU seconds for the same op."""
-    cpu = {(r["op"], r["variant"].split(",")[0]): r["seconds"] for r in records
-           if r["device"] == "cpu"}  # fmt: skip
+    cpu = {
+        (r["op"], r["variant"].split(",")[0]): r["seconds"] for r in records if r["device"] == "cpu"
+    }
     for r in records:
         key = (r["op"], r["variant"].split(",")[0])
         if r["device"] != "cpu" and key in cpu:

@@ -53,6 +53,20 @@ def _time(fn, device: str, repeat: int):
     return time_fn(fn, device=device, repeat=repeat, warmup=2)
 
 
+def _time_add(n: int, tdt: torch.dtype, device: str, repeat: int):
+    a = torch.rand(n, device=device, dtype=tdt)
+    b = torch.rand(n, device=device, dtype=tdt)
+    c = torch.empty(n, device=device, dtype=tdt)
+    return _time(lambda: torch.add(a, b, out=c), device, repeat)
+
+
+def _time_softmax(rows: int, tdt: torch.dtype, device: str, repeat: int):
+    x = torch.randn(rows, 4096, device=device, dtype=tdt)
+    y = torch.empty_like(x)
+    # the out= variant writes into y: no allocation (and no page faults) inside the timing
+    return _time(lambda: torch.ops.aten._softmax.out(x, -1, False, out=y), device, repeat)
+
+
 def measure_points(config: RooflineConfig, device: str, progress: Progress) -> list[dict]:
     """Time every kernel of the roofline on ``device``; returns one live record per kernel."""
     from hpclab.compute.gemm import time_matmul
@@ -82,27 +96,19 @@ def measure_points(config: RooflineConfig, device: str, progress: Progress) -> l
 
     n = config.elements
     dev.ensure_fits(3 * n * s, device, f"three {n}-element arrays")
-    a = torch.rand(n, device=device, dtype=tdt)
-    b = torch.rand(n, device=device, dtype=tdt)
-    c = torch.empty(n, device=device, dtype=tdt)
     progress.update(steps - 2, steps + 1, "elementwise add")
-    t = _time(lambda: torch.add(a, b, out=c), device, config.repeat)
+    t = _time_add(n, tdt, device, config.repeat)
     record(F.elementwise(n, 1, 2, s), "add", t.median_s, t)
-    del a, b, c
-
     rows = max(1, n // 4096)
-    x = torch.randn(rows, 4096, device=device, dtype=tdt)
-    y = torch.empty_like(x)
     progress.update(steps - 1, steps + 1, "softmax")
-    # the out= variant writes into y: no allocation (and no page faults) inside the timing
-    t = _time(lambda: torch.ops.aten._softmax.out(x, -1, False, out=y), device, config.repeat)
+    t = _time_softmax(rows, tdt, device, config.repeat)
     record(F.softmax(rows, 4096, s), "softmax", t.median_s, t)
-    del x, y
 
     p = F.ALEXNET_CONV2
     batch = config.conv_batch
-    work = F.conv2d(batch, p["c_in"], p["h"], p["w"], p["c_out"], p["kernel"], 1, p["padding"],
-                    p["groups"], s)  # fmt: skip
+    work = F.conv2d(
+        batch, p["c_in"], p["h"], p["w"], p["c_out"], p["kernel"], 1, p["padding"], p["groups"], s
+    )
     dev.ensure_fits(work.bytes * 2, device, f"AlexNet conv2 at batch {batch}")
     gen = torch.Generator().manual_seed(0)
     xin = torch.randn(batch, p["c_in"], p["h"], p["w"], generator=gen).to(device, tdt)
@@ -133,8 +139,13 @@ def run_roofline(config: RooflineConfig, progress: Progress) -> Result:
             {"kind": "roof", "roof": "memory", "gbps": bw["gbps"], "source": "STREAM triad"}
         )
         records.append(
-            {"tier": "model", "kind": "roof", "roof": "compute", "peak_gflops": peak,
-             "source": source}  # fmt: skip
+            {
+                "tier": "model",
+                "kind": "roof",
+                "roof": "compute",
+                "peak_gflops": peak,
+                "source": source,
+            }
         )
         points = measure_points(config, device, progress)
     for p in points:
@@ -158,11 +169,23 @@ def reference_gpu_records(name: str, dtype: str, points: list[dict]) -> list[dic
     peak, bw = spec[dtype] * 1e3, spec["mem_bw_gbps"]
     label = f"{spec['spec']} (datasheet)"
     out: list[dict[str, Any]] = [
-        {"tier": "reference", "kind": "roof", "roof": "memory", "device": label, "gbps": bw,
-         "source": spec["source"]},
-        {"tier": "reference", "kind": "roof", "roof": "compute", "device": label,
-         "peak_gflops": peak, "source": spec["source"]},
-    ]  # fmt: skip
+        {
+            "tier": "reference",
+            "kind": "roof",
+            "roof": "memory",
+            "device": label,
+            "gbps": bw,
+            "source": spec["source"],
+        },
+        {
+            "tier": "reference",
+            "kind": "roof",
+            "roof": "compute",
+            "device": label,
+            "peak_gflops": peak,
+            "source": spec["source"],
+        },
+    ]
     for p in points:
         out.append(
             {

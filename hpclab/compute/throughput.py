@@ -104,8 +104,12 @@ def run_throughput(config: ThroughputConfig, progress: Progress) -> Result:
     x, y = make_data(config.data)
     devices = dev.resolve_devices(config.device)
     threads = list(dict.fromkeys(t or usable for t in config.threads))
-    plan = [(d, t, b) for d in devices for t in (threads if d == "cpu" else [0])
-            for b in config.batch_size]  # fmt: skip
+    plan = [
+        (d, t, b)
+        for d in devices
+        for t in (threads if d == "cpu" else [0])
+        for b in config.batch_size
+    ]
     row_bytes = 4 * x.shape[1] * 8  # 8 staged batches per point
     for d, _, b in plan:
         dev.ensure_fits(row_bytes * b, d, f"8 batches of {b} samples")
@@ -115,8 +119,12 @@ def run_throughput(config: ThroughputConfig, progress: Progress) -> Result:
         with dev.torch_threads(t if device == "cpu" else 0) as used:
             rec = measure_step(config.model, x, y, batch, device, config.steps, config.lr)
         records.append(
-            {"device": device, "threads": used if device == "cpu" else None, "data": config.data,
-             **rec}  # fmt: skip
+            {
+                "device": device,
+                "threads": used if device == "cpu" else None,
+                "data": config.data,
+                **rec,
+            }
         )
     if config.references:
         records += reference_records()
@@ -138,30 +146,49 @@ def speedups(records: list[dict[str, Any]], tier: str) -> list[dict[str, Any]]:
     """CPU rows of one tier with ``speedup`` = samples/s over the 1-thread row of its batch."""
     rows = [r for r in records if r.get("tier") == tier and r["device"] == "cpu"]
     base = {r["batch_size"]: r["samples_per_s"] for r in rows if r["threads"] == 1}
-    return [{**r, "speedup": r["samples_per_s"] / base[r["batch_size"]]} for r in rows
-            if r["batch_size"] in base]  # fmt: skip
+    return [
+        {**r, "speedup": r["samples_per_s"] / base[r["batch_size"]]}
+        for r in rows
+        if r["batch_size"] in base
+    ]
 
 
 def plot_throughput(result: Result):
     """Left: samples/s vs batch size. Right: speed-up over 1 thread, ours and seed 001's."""
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=2, subplot_titles=(
-        "training throughput (live)", "speed-up over 1 thread: ours vs seed 001"))  # fmt: skip
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=("training throughput (live)", "speed-up over 1 thread: ours vs seed 001"),
+    )
     live = [r for r in result.records if r.get("tier") == "live"]
     for key in dict.fromkeys((r["device"], r["threads"]) for r in live):
-        rows = sorted((r for r in live if (r["device"], r["threads"]) == key),
-                      key=lambda r: r["batch_size"])  # fmt: skip
+        rows = sorted(
+            (r for r in live if (r["device"], r["threads"]) == key), key=lambda r: r["batch_size"]
+        )
         name = key[0] + (f", {key[1]} threads" if key[1] else "")
-        fig.add_scatter(x=[r["batch_size"] for r in rows], y=[r["samples_per_s"] for r in rows],
-                        mode="lines+markers", name=name, row=1, col=1)  # fmt: skip
+        fig.add_scatter(
+            x=[r["batch_size"] for r in rows],
+            y=[r["samples_per_s"] for r in rows],
+            mode="lines+markers",
+            name=name,
+            row=1,
+            col=1,
+        )
     for tier, dash, label in (("live", "solid", "ours"), ("reference", "dot", "seed 001")):
         rows = speedups(result.records, tier)
         for batch in sorted({r["batch_size"] for r in rows}):
             pts = sorted((r for r in rows if r["batch_size"] == batch), key=lambda r: r["threads"])
-            fig.add_scatter(x=[r["threads"] for r in pts], y=[r["speedup"] for r in pts],
-                            mode="lines+markers", line={"dash": dash},
-                            name=f"{label}, batch {batch}", row=1, col=2)  # fmt: skip
+            fig.add_scatter(
+                x=[r["threads"] for r in pts],
+                y=[r["speedup"] for r in pts],
+                mode="lines+markers",
+                line={"dash": dash},
+                name=f"{label}, batch {batch}",
+                row=1,
+                col=2,
+            )
     fig.update_xaxes(type="log", title_text="batch size", row=1, col=1)
     fig.update_yaxes(type="log", title_text="samples / s", row=1, col=1)
     fig.update_xaxes(type="log", title_text="CPU threads", row=1, col=2)

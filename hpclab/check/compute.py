@@ -1,0 +1,258 @@
+"""Checks for chapter 01's exercises (GPU vs CPU): FLOP counts, fraction of peak, arithmetic
+intensity and its roof, an honest timer, and the CPU/GPU crossover size."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hpclab.check import CheckResult, as_number, failed, near, passed
+from hpclab.compute import flops as F
+
+
+def _hints(ratio: float, table: list[tuple[float, str]], tol: float = 0.02) -> list[str]:
+    return [text for factor, text in table if near(ratio, factor, tol)]
+
+
+def gemm_flops(answer: Any, m: int, n: int, k: int) -> CheckResult:
+    """(a) FLOPs of ``C[m,n] = A[m,k] @ B[k,n]``."""
+    value = as_number(answer, "gemm_flops")
+    if isinstance(value, CheckResult):
+        return value
+    want = F.gemm_flops(m, n, k)
+    if value == want:
+        return passed(f"2 x {m} x {n} x {k} = {want:.0f} FLOPs.")
+    ratio = value / want
+    hints = _hints(
+        ratio,
+        [
+            (0.5, "you counted multiply-adds; each is 2 FLOPs (a multiply and an add)"),
+            (2.0, "you counted 4 FLOPs per multiply-add"),
+        ],
+    )
+    if value in (2.0 * n**3, 2.0 * m**3, 2.0 * k**3) and len({m, n, k}) > 1:
+        hints.append(
+            "the matrices are not square: every output (m x n of them) is a dot product of length k"
+        )
+    if value == 2.0 * m * n or value == 2.0 * m * k or value == 2.0 * k * n:
+        hints.append("that is one product per matrix element; each output needs k of them")
+    return failed("; ".join(hints or [f"it is {ratio:.3g}x the expected count"]) + ".")
+
+
+def conv_flops(
+    answer: Any,
+    batch: int,
+    c_in: int,
+    h: int,
+    w: int,
+    c_out: int,
+    kernel: int,
+    stride: int = 1,
+    padding: int = 0,
+    groups: int = 1,
+) -> CheckResult:
+    """(a) FLOPs of a conv2d forward pass (multiply-add = 2 FLOPs; no bias)."""
+    value = as_number(answer, "conv_flops")
+    if isinstance(value, CheckResult):
+        return value
+    want = F.conv2d_flops(batch, c_in, h, w, c_out, kernel, stride, padding, groups)
+    if near(value / want, 1.0, 1e-6):
+        ho = F.conv2d_out(h, kernel, stride, padding)
+        return passed(
+            f"2 x {batch} x {c_out} x {ho}x{ho} x {c_in // groups} x {kernel}x{kernel} "
+            f"= {want:.4g} FLOPs."
+        )
+    ratio = value / want
+    hints = _hints(
+        ratio,
+        [
+            (0.5, "each multiply-add is 2 FLOPs"),
+            (
+                float(groups),
+                f"with groups={groups} each output channel sees only "
+                f"c_in/groups = {c_in // groups} input channels",
+            ),
+            (1.0 / batch, f"that is one image; the batch has {batch}"),
+        ],
+    )
+    if groups > 1 and near(ratio, groups / 2):
+        hints.append(f"count 2 FLOPs per multiply-add and c_in/groups = {c_in // groups}")
+    no_pad = F.conv2d_flops(batch, c_in, h, w, c_out, kernel, stride, 0, groups)
+    if padding and near(value / no_pad, 1.0, 1e-6):
+        hints.append(
+            f"padding={padding} keeps the output at {F.conv2d_out(h, kernel, stride, padding)}"
+            " pixels a side; count the padded output"
+        )
+    if near(value / (2.0 * batch * c_out * h * w * (c_in // groups) * kernel**2), 1.0, 1e-6) and (
+        F.conv2d_out(h, kernel, stride, padding) != h
+    ):
+        hints.append("count the output pixels (h_out x w_out), not the input's")
+    return failed("; ".join(hints or [f"it is {ratio:.3g}x the expected count"]) + ".")
+
+
+def peak_fraction(answer: Any, gflops: float, peak_gflops: float) -> CheckResult:
+    """(b) achieved fraction of peak, as a fraction (0.85, not 85)."""
+    value = as_number(answer, "fraction")
+    if isinstance(value, CheckResult):
+        return value
+    want = gflops / peak_gflops
+    if near(value / want, 1.0, 0.005):
+        return passed(f"{gflops:.1f} / {peak_gflops:.1f} GFLOP/s = {want:.1%} of peak.")
+    ratio = value / want
+    hints = _hints(
+        ratio,
+        [
+            (100.0, "give a fraction (0.85), not a percentage (85)"),
+            (1.0 / want**2, "you divided the peak by the measurement; it is measured / peak"),
+        ],
+    )
+    if value > 1.0 and not hints:
+        hints.append("a measurement cannot exceed the peak: check the units (GFLOP/s both?)")
+    for scale, unit in ((1e9, "FLOP/s"), (1e-9, "FLOP/s vs GFLOP/s"), (1e3, "MFLOP/s")):
+        if near(ratio, scale, 0.02):
+            hints.append(f"mixed units ({unit}): use GFLOP/s for both")
+    return failed("; ".join(hints or [f"expected {want:.3f}, got {value:.3g}"]) + ".")
+
+
+def add_intensity(answer: Any, itemsize: int = 4) -> CheckResult:
+    """(c) FLOP/byte of ``c = a + b`` with elements of ``itemsize`` bytes."""
+    value = as_number(answer, "intensity")
+    if isinstance(value, CheckResult):
+        return value
+    want = 1.0 / (3 * itemsize)
+    if near(value / want, 1.0, 0.01):
+        return passed(f"1 FLOP per element / ({3} x {itemsize} bytes) = {want:.4f} FLOP/byte.")
+    hints = _hints(
+        value / want,
+        [
+            (1.5, "count the write of c too: 2 reads + 1 write per element"),
+            (
+                itemsize,
+                f"intensity is per byte, not per element: multiply elements by {itemsize} bytes",
+            ),
+            (1.0 / want**2, "it is FLOPs / bytes, not bytes / FLOPs"),
+        ],
+    )
+    return failed("; ".join(hints or [f"expected {want:.4f} FLOP/byte"]) + ".")
+
+
+def roof(answer: Any, intensity: float, peak_gflops: float, bandwidth_gbps: float) -> CheckResult:
+    """(c) which roof bounds a kernel: ``"memory"`` or ``"compute"``."""
+    text = str(answer).strip().lower()
+    if text not in ("memory", "compute"):
+        return failed(f"answer 'memory' or 'compute', got {answer!r}")
+    ridge = F.ridge_point(peak_gflops, bandwidth_gbps)
+    want = F.bound(intensity, peak_gflops, bandwidth_gbps)
+    why = (
+        f"the ridge point is {peak_gflops:.0f} / {bandwidth_gbps:.0f} = {ridge:.1f} FLOP/byte "
+        f"and the kernel has {intensity:.3g}"
+    )
+    if text == want:
+        return passed(f"{want}-bound: {why}.")
+    return failed(
+        f"{why}: left of the ridge the memory roof is lower, right of it the compute roof is."
+    )
+
+
+class _Workload:
+    """A callable whose first call is slow (lazy setup) and whose later calls take ``dt``."""
+
+    def __init__(self, dt: float, device: str, first: float = 0.06) -> None:
+        self.dt, self.first, self.device, self.calls = dt, first, device, 0
+        if device.startswith("cuda"):
+            import torch
+
+            # calibrate torch.cuda._sleep (a spin kernel): cycles per second on this GPU
+            torch.cuda._sleep(1000)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            torch.cuda._sleep(10_000_000)
+            torch.cuda.synchronize()
+            self.cycles_per_s = 10_000_000 / (time.perf_counter() - t0)
+
+    def __call__(self) -> None:
+        self.calls += 1
+        if self.calls == 1:
+            time.sleep(self.first)  # like a first CUDA call, a cuDNN search or a lazy import
+        if self.device.startswith("cuda"):
+            import torch
+
+            torch.cuda._sleep(int(self.dt * self.cycles_per_s))  # returns at once: async
+        else:
+            time.sleep(self.dt)
+
+
+def timer(my_timer: Callable[..., float], device: str = "cpu", dt: float = 0.004) -> CheckResult:
+    """(d) ``my_timer(fn, device=..., warmup=2, repeat=10) -> seconds per call`` must agree with
+    :func:`hpclab.measure.timing.time_fn` on a workload whose first call is slow and which, on a
+    GPU, runs asynchronously."""
+    from hpclab.measure.timing import time_fn
+
+    work = _Workload(dt, device)
+    try:
+        got = my_timer(work, device=device, warmup=2, repeat=10)
+    except Exception as exc:  # noqa: BLE001 - report, don't raise, in a check
+        return failed(f"your timer raised {type(exc).__name__}: {exc}")
+    value = as_number(got, "my_timer(...)")
+    if isinstance(value, CheckResult):
+        return value
+    calls = work.calls
+    ref = time_fn(_Workload(dt, device, first=0.0), device=device, warmup=1, repeat=5).median_s
+    ratio = value / ref
+    if calls < 10:
+        return failed(f"fn was called {calls} times; take `repeat` (10) timed samples")
+    if ratio < 0.2:
+        return failed(
+            f"{value * 1e6:.0f} µs is far too short ({ref * 1e3:.2f} ms expected): the "
+            "clock stopped when the work was queued; synchronize the device before "
+            "reading the clock (torch.cuda.synchronize())"
+        )
+    if calls < 12:
+        return failed(
+            f"fn was called {calls} times: call it `warmup` (2) times before timing, "
+            f"so the slow first call ({work.first * 1e3:.0f} ms here) is not measured"
+        )
+    if near(ratio, 1.0, 0.25):
+        return passed(
+            f"your timer says {value * 1e3:.2f} ms per call; time_fn says {ref * 1e3:.2f} ms."
+        )
+    if near(ratio, 10.0, 0.25):
+        return failed("that is the total of 10 calls: divide by repeat")
+    if near(ratio, 1000.0, 0.25):
+        return failed("that looks like milliseconds: return seconds")
+    return failed(
+        f"{value * 1e3:.2f} ms vs {ref * 1e3:.2f} ms expected: time each sample "
+        "between two synchronizes and report the median"
+    )
+
+
+def crossover(
+    answer: Any, cpu_latency_s: float, cpu_rate: float, gpu_latency_s: float, gpu_rate: float
+) -> CheckResult:
+    """(e) predicted n where an n x n x n fp32 matmul becomes faster on the GPU.
+
+    Rates are FLOP/s; the model is ``t = latency + 2 n^3 / rate`` on each device.
+    """
+    from hpclab.compute.crossover import crossover_work, size_of
+
+    value = as_number(answer, "n_crossover")
+    if isinstance(value, CheckResult):
+        return value
+    want = size_of("matmul", crossover_work(cpu_latency_s, cpu_rate, gpu_latency_s, gpu_rate))
+    if near(value / want, 1.0, 0.03):
+        return passed(f"n* = ((t_gpu - t_cpu) / (2 (1/r_cpu - 1/r_gpu)))^(1/3) = {want:.0f}.")
+    ratio = value / want
+    hints = _hints(
+        ratio,
+        [
+            (2 ** (1 / 3), "a matmul is 2 n^3 FLOPs, not n^3"),
+            (2**0.5, "n^3, not n^2: solve 2 n^3 = w*"),
+            (want**2, "take the cube root of n^3"),
+        ],
+        0.03,
+    )
+    simple = ((gpu_latency_s - cpu_latency_s) * cpu_rate / 2) ** (1 / 3)
+    if near(value / simple, 1.0, 0.03) and not near(simple / want, 1.0, 0.03):
+        hints.append("the GPU's own compute time matters too: use 1/r_cpu - 1/r_gpu")
+    return failed("; ".join(hints or [f"expected about {want:.0f}, got {value:.0f}"]) + ".")
