@@ -1,0 +1,220 @@
+"""Chapter 01 experiments end to end, small: records, units, references, CLI, widget panel."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from hpclab import experiments
+from hpclab.config import ConfigError
+from hpclab.progress import Cancelled, Progress
+
+
+def _live(result):
+    return [r for r in result.records if r.get("tier") == "live"]
+
+
+def test_gemm_records_carry_peak_and_fraction():
+    from hpclab.compute.device import peak_gflops
+
+    old = torch.get_num_threads()
+    res = experiments.run("gemm", size=(32, 64), dtype=("fp32", "fp64"), threads=(1,), repeat=2)
+    assert torch.get_num_threads() == old  # restored
+    live = _live(res)
+    assert len(live) == 4 and {r["threads"] for r in live} == {1}
+    for r in live:
+        flops = 2 * r["size"] ** 3
+        assert r["gflops"] == pytest.approx(flops / r["seconds"] / 1e9)
+        assert r["peak_gflops"] == pytest.approx(peak_gflops("cpu", r["dtype"], 1)[0])
+        assert r["peak_fraction"] == pytest.approx(r["gflops"] / r["peak_gflops"])
+        assert "FLOP/cycle" in r["peak_source"]
+    refs = [r for r in res.records if r.get("tier") == "reference"]
+    h100 = next(r for r in refs if r["device"] == "NVIDIA H100 SXM")
+    assert h100["gflops"] == 794.5e3 and h100["peak_fraction"] == pytest.approx(794.5 / 989)
+    assert "ml-engineering" in h100["source"]
+    experiments.get("gemm").plot(res)
+
+
+def test_gemm_shape_sweep_reports_the_best_shape():
+    res = experiments.run(
+        "gemm",
+        size=(16, 48),
+        dtype=("fp32",),
+        threads=(1,),
+        repeat=2,
+        shapes=True,
+        references=False,
+    )
+    live = _live(res)
+    shapes = [r for r in live if r["kind"] in ("square", "shape")]
+    assert len(shapes) == 8  # every (m, n, k) from {16, 48}^3
+    (best,) = [r for r in live if r["kind"] == "max_achievable"]
+    assert best["gflops"] == max(r["gflops"] for r in shapes)
+
+
+def test_gemm_refuses_before_allocating():
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"60000x60000 .* needs 1\d\d\.\d\d GiB on cpu"):
+        experiments.run("gemm", size=(60000,), dtype=("fp64",))
+    assert time.perf_counter() - t0 < 2.0
+    with pytest.raises(ConfigError, match="dtype=.tf32. on cpu: tf32 is a tensor-core mode"):
+        experiments.run("gemm", size=(32,), dtype=("tf32",))
+    # "all" skips what a device cannot do instead of failing the whole sweep
+    res = experiments.run(
+        "gemm", device="all", size=(32,), dtype=("tf32", "fp32"), threads=(1,), repeat=1
+    )
+    assert {(r["device"], r["dtype"]) for r in _live(res) if r["device"] == "cpu"} == {
+        ("cpu", "fp32")
+    }
+
+
+def test_bandwidth_records_and_gpu_references():
+    res = experiments.run(
+        "bandwidth", array_mb=4, kernels=("copy", "triad"), threads=(1,), repeat=2
+    )
+    live = _live(res)
+    assert [r["kernel"] for r in live] == ["copy", "triad"]
+    n = 4 * 2**20 // 4
+    assert live[0]["bytes_per_call"] == 2 * 4 * n and live[1]["bytes_per_call"] == 3 * 4 * n
+    for r in live:
+        assert r["gbps"] == pytest.approx(r["bytes_per_call"] / r["seconds"] / 1e9)
+    refs = {r["device"]: r["peak_gbps"] for r in res.records if r.get("tier") == "reference"}
+    assert refs["H100 SXM"] == 3350 and refs["V100 SXM2"] == 900
+    experiments.get("bandwidth").plot(res)
+
+
+def test_roofline_places_kernels_under_the_right_roof():
+    res = experiments.run(
+        "roofline", gemm_sizes=(16, 256), elements=2**22, conv_batch=1, repeat=2, threads=1
+    )
+    roofs = {(r["roof"], r["tier"]): r for r in res.records if r["kind"] == "roof"}
+    bw = roofs[("memory", "live")]["gbps"]
+    peak = roofs[("compute", "model")]["peak_gflops"]
+    assert bw > 0.5 and peak > 1
+    pts = {r["op"]: r for r in _live(res) if r["kind"] == "point" and r["op"] != "gemm"}
+    assert pts["add"]["intensity"] == pytest.approx(1 / 12)
+    assert pts["add"]["bound"] == "memory" and pts["softmax"]["bound"] == "memory"
+    assert pts["conv"]["bound"] == "compute"  # ~273 FLOP/byte: right of any CPU's ridge
+    for r in pts.values():
+        assert r["attainable_gflops"] == pytest.approx(min(peak, bw * r["intensity"]))
+    # the reference GPU: the same kernels under the H100's datasheet roofs (model tier)
+    model = {r["op"]: r for r in res.records if r.get("tier") == "model" and r["kind"] == "point"}
+    assert model["add"]["attainable_gflops"] == pytest.approx(3350 / 12)
+    assert model["conv"]["attainable_gflops"] == pytest.approx(67e3)
+    experiments.get("roofline").plot(res)
+
+
+def test_ops_records_units_and_seed_speedups():
+    res = experiments.run("ops", device="cpu", elements=2**14, batch=1, repeat=2, threads=1)
+    live = {(r["op"], r["variant"]): r for r in _live(res)}
+    assert set(live) == {
+        ("rng", "randn"),
+        ("rng", "rand"),
+        ("fft", "c2c length 4096"),
+        ("conv", "forward"),
+        ("pool", "max 3x3 stride 2"),
+    }
+    conv = live[("conv", "forward")]
+    assert conv["work"] == 2 * 256 * 27 * 27 * 48 * 25
+    assert conv["gflops"] == pytest.approx(conv["work"] / conv["seconds"] / 1e9)
+    fft = live[("fft", "c2c length 4096")]
+    assert fft["work"] == 5 * 4 * 4096 * 12  # 4 transforms of 4096 points
+    refs = {r["op"]: r["speedup_vs_cpu"] for r in res.records if r.get("tier") == "reference"}
+    assert refs == {"rng": 70, "gemm": 6, "conv": 1.9, "pool": 2.7}
+    experiments.get("ops").plot(res)
+
+
+def test_crossover_without_gpu_uses_a_labelled_model():
+    res = experiments.run(
+        "crossover", device="cpu", matmul_sizes=(8, 64), add_sizes=(256, 65536), repeat=2, threads=1
+    )
+    model = [r for r in res.records if r.get("tier") == "model" and r["kind"] == "point"]
+    assert model and all("assumed" in r["source"] for r in model)
+    add = next(r for r in model if r["op"] == "add" and r["size"] == 65536)
+    assert add["seconds"] == pytest.approx(10e-6 + 12 * 65536 / 3350e9)
+    cross = {r["op"]: r for r in res.records if r["kind"] == "crossover"}
+    assert set(cross) == {"matmul", "add"} and cross["add"]["tier"] == "model"
+    fits = {(r["op"], r["device"]): r for r in res.records if r["kind"] == "fit"}
+    assert fits[("add", "H100 SXM (model)")]["latency_s"] == pytest.approx(10e-6, rel=1e-3)
+    experiments.get("crossover").plot(res)
+
+
+def test_train_throughput_learns_and_compares_with_seed_001():
+    res = experiments.run(
+        "train-throughput",
+        model="tiny",
+        data="digits",
+        batch_size=(64,),
+        threads=(1,),
+        steps=30,
+        lr=0.5,
+    )
+    (r,) = _live(res)
+    assert r["samples_per_s"] == pytest.approx(64 / r["seconds"])
+    assert r["parameters"] == 64 * 128 + 128 + 128 * 10 + 10
+    assert r["loss_last"] < 0.8 * r["loss_first"]  # it trains: the step is a real SGD step
+    from hpclab.compute.throughput import speedups
+
+    seed = {
+        (s["batch_size"], s["threads"]): s["speedup"] for s in speedups(res.records, "reference")
+    }
+    assert seed[(256, 16)] == pytest.approx(11193.94 / 2559.46)
+    assert seed[(50, 32)] < seed[(50, 16)]  # the seed's point: 32 threads slower than 16
+    experiments.get("train-throughput").plot(res)
+
+
+def test_cancel_raises_between_units():
+    p = Progress()
+    p.cancel()
+    with pytest.raises(Cancelled):
+        experiments.run("gemm", progress=p, size=(32,), dtype=("fp32",), repeat=1)
+
+
+def test_cli_json_and_bad_arguments():
+    cmd = [sys.executable, "-m", "hpclab.cli", "run", "gemm", "--device", "cpu"]
+    out = subprocess.run(
+        cmd + ["--dtype", "float32", "--size", "64", "--threads", "1", "--repeat", "2", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    (rec,) = [r for r in data["records"] if r["tier"] == "live"]
+    assert rec["dtype"] == "fp32" and rec["threads"] == 1
+    assert {"gflops", "peak_gflops", "peak_fraction"} <= set(rec)
+    bad = subprocess.run(cmd + ["--size", "99999999"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.strip().count("\n") == 0 and "size=99999999" in bad.stderr
+
+
+def test_widget_panel_runs_and_survives_cancel():
+    pytest.importorskip("ipywidgets")
+    from hpclab.widgets import panel
+
+    p = panel(
+        "gemm",
+        fields=("size", "threads"),
+        fixed={"dtype": ("fp32",), "repeat": 1, "references": False},
+        accumulate=True,
+        run_now=False,
+    )
+    p.controls["size"].value = "32"
+    p.controls["threads"].value = "1"
+    p.start(wait=True)
+    assert "done" in p.status.value and len(p.figure.data) >= 1
+    p.controls["size"].value = "1024,1024,1024,1024"
+    p.start()
+    p.cancel()
+    p._thread.join(60)
+    assert not p.run_button.disabled and p.cancel_button.disabled
+    p.controls["size"].value = "48"
+    p.start(wait=True)
+    assert "done" in p.status.value
+    sizes = {r["size"] for res in p.results for r in res.records}
+    assert {32, 48} <= sizes  # accumulate=True keeps the earlier run's points
