@@ -191,6 +191,10 @@ def run_wait(config: WaitConfig, progress: Progress) -> Result:
         )
         model = make_model(config.model, in_features=features).to(device)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        warm_x = torch.rand(config.batch_size, features, device=device)
+        warm_y = torch.zeros(config.batch_size, dtype=torch.long, device=device)
+        for _ in range(3):  # the first steps in a process are slow (allocation, lazy init)
+            train_step(model, opt, warm_x, warm_y)
         steps = []
         it = iter(loader)
         for step in range(config.steps + 1):  # step 0 starts the workers: a warm-up, not counted
