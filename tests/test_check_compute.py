@@ -1,0 +1,159 @@
+"""Chapter 01's checks accept the solutions and reject plausible wrong answers with advice."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+
+from hpclab.check import compute as C
+
+# --- (a) FLOP counts -------------------------------------------------------------------------
+
+
+def test_gemm_flops():
+    assert C.gemm_flops(2 * 512 * 256 * 128, 512, 256, 128)
+    bad = C.gemm_flops(512 * 256 * 128, 512, 256, 128)
+    assert not bad and "multiply-adds" in bad.message
+    bad = C.gemm_flops(2 * 512**3, 512, 256, 128)
+    assert not bad and "not square" in bad.message
+    bad = C.gemm_flops(2 * 512 * 256, 512, 256, 128)
+    assert not bad and "each output needs k" in bad.message
+    assert "should be a number" in C.gemm_flops("lots", 1, 2, 3).message
+
+
+def test_conv_flops():
+    args = dict(batch=8, c_in=96, h=27, w=27, c_out=256, kernel=5, stride=1, padding=2, groups=2)
+    right = 2 * 8 * 256 * 27 * 27 * 48 * 25
+    assert C.conv_flops(right, **args)
+    no_groups = C.conv_flops(2 * right, **args)
+    assert not no_groups and "c_in/groups = 48" in no_groups.message
+    macs = C.conv_flops(right / 2, **args)
+    assert not macs and "2 FLOPs" in macs.message
+    one_image = C.conv_flops(right / 8, **args)
+    assert not one_image and "the batch has 8" in one_image.message
+    no_pad = C.conv_flops(2 * 8 * 256 * 23 * 23 * 48 * 25, **args)
+    assert not no_pad and "padding=2" in no_pad.message
+
+
+def test_conv_flops_output_size_hint():
+    args = dict(batch=1, c_in=3, h=224, w=224, c_out=64, kernel=11, stride=4, padding=2, groups=1)
+    assert C.conv_flops(2 * 64 * 55 * 55 * 3 * 121, **args)
+    bad = C.conv_flops(2 * 64 * 224 * 224 * 3 * 121, **args)
+    assert not bad and "output pixels" in bad.message
+
+
+# --- (b) fraction of peak ---------------------------------------------------------------------
+
+
+def test_peak_fraction():
+    assert C.peak_fraction(0.85, 200.0, 235.29)
+    pct = C.peak_fraction(85.0, 200.0, 235.29)
+    assert not pct and "not a percentage" in pct.message
+    inverted = C.peak_fraction(235.29 / 200.0, 200.0, 235.29)
+    assert not inverted and "measured / peak" in inverted.message
+    units = C.peak_fraction(0.85e9, 200.0, 235.29)
+    assert not units and "GFLOP/s" in units.message
+
+
+# --- (c) arithmetic intensity and its roof ---------------------------------------------------
+
+
+def test_add_intensity():
+    assert C.add_intensity(1 / 12)
+    no_write = C.add_intensity(1 / 8)
+    assert not no_write and "write of c" in no_write.message
+    per_element = C.add_intensity(1 / 3)
+    assert not per_element and "per byte" in per_element.message
+    inverted = C.add_intensity(12)
+    assert not inverted and "not bytes / FLOPs" in inverted.message
+    assert C.add_intensity(1 / 6, itemsize=2)
+
+
+def test_roof():
+    assert C.roof("memory", 1 / 12, 235.0, 20.0)
+    assert C.roof("Compute", 273.0, 235.0, 20.0)
+    wrong = C.roof("compute", 1 / 12, 235.0, 20.0)
+    assert not wrong and "ridge point is 235 / 20 = 11.8" in wrong.message
+    assert not C.roof("memory", 273.0, 235.0, 20.0)
+    assert "answer 'memory' or 'compute'" in C.roof("fast", 1.0, 1.0, 1.0).message
+
+
+# --- (d) an honest timer ---------------------------------------------------------------------
+
+
+def good_timer(fn, device="cpu", warmup=2, repeat=10):
+    from hpclab.measure.timing import synchronize
+
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeat):
+        synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        synchronize(device)
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def no_warmup_mean(fn, device="cpu", warmup=2, repeat=10):
+    t0 = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    return (time.perf_counter() - t0) / repeat
+
+
+def total_not_per_call(fn, device="cpu", warmup=2, repeat=10):
+    return good_timer(fn, device, warmup, repeat) * repeat
+
+
+def in_milliseconds(fn, device="cpu", warmup=2, repeat=10):
+    return good_timer(fn, device, warmup, repeat) * 1e3
+
+
+def test_timer_accepts_a_correct_one_and_the_library():
+    assert C.timer(good_timer)
+    from hpclab.compute.timers import honest_time
+
+    assert C.timer(lambda fn, device, warmup, repeat: honest_time(fn, repeat, device))
+
+
+def test_timer_rejects_wrong_ones():
+    bad = C.timer(no_warmup_mean)
+    assert not bad and "warmup" in bad.message
+    bad = C.timer(total_not_per_call)
+    assert not bad and "divide by repeat" in bad.message
+    bad = C.timer(in_milliseconds)
+    assert not bad and "milliseconds" in bad.message
+    bad = C.timer(lambda fn, device, warmup, repeat: (fn(), 0.004)[1])
+    assert not bad and "called 1 times" in bad.message
+
+
+# --- (e) crossover ---------------------------------------------------------------------------
+
+
+def test_crossover():
+    cpu_lat, cpu_rate, gpu_lat, gpu_rate = 2e-6, 150e9, 12e-6, 50e12
+    w = (gpu_lat - cpu_lat) / (1 / cpu_rate - 1 / gpu_rate)
+    n = (w / 2) ** (1 / 3)
+    assert C.crossover(n, cpu_lat, cpu_rate, gpu_lat, gpu_rate)
+    no_two = C.crossover(w ** (1 / 3), cpu_lat, cpu_rate, gpu_lat, gpu_rate)
+    assert not no_two and "2 n^3" in no_two.message
+    squares = C.crossover((w / 2) ** 0.5, cpu_lat, cpu_rate, gpu_lat, gpu_rate)
+    assert not squares
+    assert C.crossover(n * 1.02, cpu_lat, cpu_rate, gpu_lat, gpu_rate)  # within 3 %
+
+
+def test_crossover_slow_gpu_hint():
+    # a GPU only 3x faster: ignoring its compute time gives a visibly wrong n
+    cpu_lat, cpu_rate, gpu_lat, gpu_rate = 1e-6, 100e9, 20e-6, 300e9
+    naive = ((gpu_lat - cpu_lat) * cpu_rate / 2) ** (1 / 3)
+    bad = C.crossover(naive, cpu_lat, cpu_rate, gpu_lat, gpu_rate)
+    assert not bad and "1/r_cpu - 1/r_gpu" in bad.message
+
+
+@pytest.mark.parametrize("value", [None, "x", float("nan")])
+def test_checks_refuse_non_numbers(value):
+    assert not C.peak_fraction(value, 1.0, 2.0)
