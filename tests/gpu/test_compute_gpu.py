@@ -41,10 +41,16 @@ def test_tf32_mode_is_restored_and_faster_than_fp32():
 
 
 def test_gpu_memory_guard_names_free_memory():
+    from hpclab.compute import device as dev
+    from hpclab.compute.gemm_sweep import _guard
+
     free, _ = torch.cuda.mem_get_info()
-    n = int((free / 4) ** 0.5)  # one fp32 n x n matrix alone fills the GPU
     with pytest.raises(ConfigError, match=r"GiB on cuda:0, but only .* GiB are available"):
-        experiments.run("gemm", device="cuda", size=(min(n, 65536),), dtype=("fp32",))
+        dev.ensure_fits(2 * free, "cuda:0", "twice the free memory")
+    # fp64 GEMM: ~32 n^2 bytes on the device (A, B, C and the fp64 check copy), 8 n^2 on the host
+    n = int(1.1 * (free / 32) ** 0.5)
+    with pytest.raises(ConfigError, match=r"on cuda:0"):
+        _guard(n, n, n, "fp64", "cuda:0")
 
 
 def test_crossover_on_gpu_shows_the_async_lie():
