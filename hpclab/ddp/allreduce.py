@@ -159,11 +159,31 @@ def fit_records(records: list[dict[str, Any]], ranks: int, label: str) -> list[d
 
 
 def run_allreduce(config: AllreduceConfig, progress: Progress) -> Result:
-    from hpclab.ddp.train import resolve_device
+    from hpclab.ddp.train import comm_device
 
-    device = resolve_device(config.ranks, config.device) if config.device != "cpu" else "cpu"
+    device = comm_device(config.ranks, config.device)
     sizes = message_sizes(config.min_bytes, config.max_bytes)
     records = measure(config.ranks, sizes, config.repeat, device, progress)
     if len(sizes) >= 2:
         records += fit_records(records, config.ranks, records[0]["backend"])
     return make_result("allreduce", config, records)
+
+
+def table_at(result: Result, sizes_mb: tuple[float, ...] = (1, 16, 64)) -> Any:
+    """Live rows of ``result`` at the given sizes (MiB) as a small DataFrame."""
+    import pandas as pd
+
+    want = {int(mb * 2**20) for mb in sizes_mb}
+    rows = [
+        {
+            "MiB": r["bytes"] / 2**20,
+            "ranks": r["ranks"],
+            "backend": r["backend"],
+            "time_ms": r["time_s"] * 1e3,
+            "algbw_gbps": r["algbw_gbps"],
+            "busbw_gbps": r["busbw_gbps"],
+        }
+        for r in result.records
+        if r["tier"] == "live" and r["bytes"] in want
+    ]
+    return pd.DataFrame(rows)

@@ -53,7 +53,6 @@ class BucketConfig(Config):
 def bucket_worker(
     ctx: RankContext, spec: TrainSpec, caps: tuple[float, ...], rounds: int
 ) -> list[dict[str, Any]]:
-    model = build_model(spec.model, spec.side * spec.side, spec.seed).to(ctx.device)
     stream = batches(ctx, spec, dataset(spec))
     nets = {}
     for cap in caps:  # one replica per cap, all starting from the same weights
@@ -82,7 +81,7 @@ def bucket_worker(
             ctx.progress(rnd * len(caps) + k + 1, total, f"bucket_cap_mb={cap:g}")
     import statistics
 
-    tensors = sum(1 for _ in model.parameters())
+    tensors = sum(1 for _ in nets[caps[0]][0].parameters())
     return [
         {
             "bucket_cap_mb": cap,
@@ -95,9 +94,9 @@ def bucket_worker(
 
 
 def run_buckets(config: BucketConfig, progress: Progress) -> Result:
-    from hpclab.ddp.train import preload, resolve_device
+    from hpclab.ddp.train import comm_device, preload
 
-    device = resolve_device(config.ranks, "auto")
+    device = comm_device(config.ranks, "auto")
     preload()
     spec = replace(
         TrainSpec(),

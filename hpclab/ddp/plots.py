@@ -10,20 +10,22 @@ from typing import Any
 
 from hpclab.results import Result, load_reference
 
-# seed 001's tables, each as one curve: (reference name, filter, label)
-SEED001_CURVES: tuple[tuple[str, dict[str, Any], str], ...] = (
+# seed 001's tables, each as one curve: (reference name, filter, short label, label)
+SEED001_CURVES: tuple[tuple[str, dict[str, Any], str, str], ...] = (
     (
         "seed001_mnist_multigpu",
         {"api": "keras", "gpu": "v100", "batch_size": 256},
+        "MNIST b=256",
         "seed 001 MNIST Keras V100, batch 256",
     ),
     (
         "seed001_mnist_multigpu",
         {"api": "keras", "gpu": "v100", "batch_size": 8192},
+        "MNIST b=8192",
         "seed 001 MNIST Keras V100, batch 8192",
     ),
-    ("seed001_resnet50_v100", {}, "seed 001 ResNet-50 V100, batch 128"),
-    ("seed001_horovod_resnet50", {}, "seed 001 Horovod ResNet-50, 32/GPU"),
+    ("seed001_resnet50_v100", {}, "ResNet-50", "seed 001 ResNet-50 V100, batch 128"),
+    ("seed001_horovod_resnet50", {}, "Horovod R-50", "seed 001 Horovod ResNet-50, 32/GPU"),
 )
 
 
@@ -50,9 +52,22 @@ def reference_scaling(name: str, where: dict[str, Any] | None = None) -> list[di
     return sorted(out, key=lambda r: r["gpus"])
 
 
+def seed001_table() -> Any:
+    """Seed 001's scaling tables side by side: efficiency per GPU count (2 decimals)."""
+    import pandas as pd
+
+    rows = [
+        {"table": short, "gpus": r["gpus"], "efficiency": round(r["efficiency"], 2)}
+        for name, where, short, _label in SEED001_CURVES
+        for r in reference_scaling(name, where)
+    ]
+    table = pd.DataFrame(rows).pivot(index="gpus", columns="table", values="efficiency")
+    return table[[c[2] for c in SEED001_CURVES]].rename_axis(columns=None)
+
+
 def add_seed001(fig: Any, row: int | None = None, col: int | None = None) -> None:
     """Overlay seed 001's scaling tables as dashed efficiency curves."""
-    for name, where, label in SEED001_CURVES:
+    for name, where, _short, label in SEED001_CURVES:
         rows = reference_scaling(name, where)
         kw = {"row": row, "col": col} if row else {}
         fig.add_scatter(

@@ -9,6 +9,7 @@ formulas and presets live in :mod:`hpclab.ddp.model`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from hpclab.config import Config, ConfigError, param
 from hpclab.ddp.model import LINKS, WORKLOADS, Workload, predict
@@ -135,3 +136,28 @@ def plot_scaling_model(result: Result):
     fig.update_yaxes(range=[0, 1.1], row=1, col=2)
     fig.update_layout(title=f"Scaling model: {result.config.get('workload')}", height=420)
     return fig
+
+
+def model_vs_reference(**params: Any) -> Any:
+    """Predicted vs seed 001's measured samples/s and efficiency per GPU count (a DataFrame)."""
+    import pandas as pd
+
+    cfg = ScalingModelConfig(**params)
+    recs = run_scaling_model(cfg, Progress()).records
+    ref = {r["gpus"]: r for r in recs if r["tier"] == "reference"}
+    rows = []
+    for r in recs:
+        if r["tier"] != "model" or (ref and r["gpus"] > max(ref)):
+            continue
+        seen = ref.get(r["gpus"], {})
+        rows.append(
+            {
+                "gpus": r["gpus"],
+                "model step ms": round(r["step_s"] * 1e3, 2),
+                "model samples/s": round(r["samples_per_s"]),
+                "model efficiency": round(r["efficiency"], 2),
+                "seed 001 samples/s": round(seen["samples_per_s"]) if seen else None,
+                "seed 001 efficiency": round(seen["efficiency"], 2) if seen else None,
+            }
+        )
+    return pd.DataFrame(rows).set_index("gpus")

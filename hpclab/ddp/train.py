@@ -95,6 +95,15 @@ def resolve_device(ranks: int, device: str) -> str:
     return "cpu"
 
 
+def comm_device(ranks: int, device: str) -> str:
+    """Device for communication benchmarks: GPUs when each rank can own one, else CPU ranks,
+    even more of them than cores (correct, only slower: the timings then say so)."""
+    gpus = available()["gpus"]
+    if device == "cuda" or (device == "auto" and gpus >= ranks and gpus > 0):
+        return resolve_device(ranks, "cuda")
+    return "cpu"
+
+
 @functools.cache
 def preload() -> None:
     """Import DDP's lazy dependencies once in the parent, so forked ranks start warm.
