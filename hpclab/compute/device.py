@@ -194,3 +194,16 @@ def gpu_reference(spec_name: str) -> dict[str, Any] | None:
     from hpclab.measure.peaks import gpu_peak_tflops
 
     return gpu_peak_tflops(spec_name)
+
+
+def gpu_sentence() -> str:
+    """One sentence for chapter 01's notebook: what is live here and what a GPU run would add."""
+    n = gpu_count()
+    if n == 0:
+        return (
+            "No GPU is visible here, so GPU rows below are published figures or datasheet "
+            "models, each labelled with its source; on a GPU node the same cells time cuBLAS and "
+            "cuDNN live with CUDA events and place each GPU against its own datasheet peak."
+        )
+    names = ", ".join(f"cuda:{i} {torch.cuda.get_device_name(i)}" for i in range(n))
+    return f"{n} GPU(s) visible ({names}): GPU rows below are measured live, with CUDA events."

@@ -253,3 +253,32 @@ def plot_roofline(result: Result):
         legend={"orientation": "h", "y": -0.2},
     )
     return fig
+
+
+def kernel_table(gpu: str = "H100 SXM", n: int = 1024, elements: int = 2**24, batch: int = 16):
+    """The roofline's kernels with FLOPs, bytes, intensity and their roof on a datasheet GPU
+    (fp32; a DataFrame, deterministic: no measurement)."""
+    import pandas as pd
+
+    spec = dev.gpu_reference(gpu)
+    peak, bw = spec["fp32"] * 1e3, spec["mem_bw_gbps"]
+    p = F.ALEXNET_CONV2
+    works = [
+        F.gemm(n, n, n),
+        F.elementwise(elements),
+        F.softmax(elements // 4096, 4096),
+        F.conv2d(batch, p["c_in"], p["h"], p["w"], p["c_out"], p["kernel"], 1, p["padding"],
+                 p["groups"]),
+    ]  # fmt: skip
+    rows = [
+        {
+            "kernel": w.name,
+            "GFLOP": w.flops / 1e9,
+            "MB moved": w.bytes / 1e6,
+            "FLOP/byte": w.intensity,
+            f"{spec['spec']} bound": F.bound(w.intensity, peak, bw),
+            "formula": w.formula,
+        }
+        for w in works
+    ]
+    return pd.DataFrame(rows).set_index("kernel").round(3)
