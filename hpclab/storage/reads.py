@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,7 @@ SOURCES = ("synthetic", "digits", "folder", "stored")
 
 @dataclass(frozen=True)
 class PackConfig(Config):
-    format: str = param("lmdb", choices=FORMATS, help="format to write")
+    format: tuple = param(("lmdb",), choices=FORMATS, help="format(s) to write")
     samples: int = param(20000, min=1, max=2_000_000, quick=1000, help="samples (synthetic source)")
     shape: tuple = param((3, 32, 32), min=1, max=4096, help="C,H,W of each sample")
     source: str = param("synthetic", choices=SOURCES, help="what to pack")
@@ -54,6 +55,7 @@ class PackConfig(Config):
 
 
 def run_pack(config: PackConfig, progress: Progress) -> Result:
+    """Pack the source once per format; ``out`` is the dataset (one format) or its parent."""
     from hpclab.storage.workspace import data_root
 
     shape = parse_shape(config.shape)
@@ -61,22 +63,26 @@ def run_pack(config: PackConfig, progress: Progress) -> Result:
         source = open_dataset(config.path)
     else:
         source = make_source(config.source, config.samples, shape, config.seed, config.path)
-    out = config.out or str(data_root() / f"pack-{config.source}" / config.format)
-    if not config.out:
-        data_root().joinpath(f"pack-{config.source}").mkdir(parents=True, exist_ok=True)
-    n = len(source)
-    rec = pack(
-        source,
-        config.format,
-        out,
-        max_files=config.max_files,
-        progress=lambda d, t: progress.update(d, t, f"packing {config.format}"),
-        layout=config.layout,
-        compression=config.compression,
-        per_shard=config.per_shard,
-    )
-    progress.update(n, n, "")
-    return make_result("pack", config, [rec])
+    base = Path(config.out) if config.out else data_root() / f"pack-{config.source}"
+    if not config.out or len(config.format) > 1:
+        base.mkdir(parents=True, exist_ok=True)
+    records = []
+    for k, fmt in enumerate(config.format):
+        out = base if config.out and len(config.format) == 1 else base / fmt
+        note = f"packing {fmt} ({k + 1}/{len(config.format)})"
+        rec = pack(
+            source,
+            fmt,
+            out,
+            max_files=config.max_files,
+            progress=lambda d, t, note=note: progress.update(d, t, note),
+            layout=config.layout,
+            compression=config.compression,
+            per_shard=config.per_shard,
+        )
+        records.append(rec)
+    progress.update(1, 1, "")
+    return make_result("pack", config, records)
 
 
 @dataclass(frozen=True)
