@@ -1,0 +1,97 @@
+"""Benchmark: hpclab's DDP run vs a plain torchrun script, and button-to-first-step (ch. 06).
+
+1. Per-step time of 2 gloo ranks training the same model, batch and steps, rank 0's median:
+   hpclab's ``ddp`` experiment (forked ranks, DataLoader + DistributedSampler, ``train_step``,
+   ``time_fn``, progress messages) against ``benchmarks/ddp_torchrun_plain.py`` under torchrun
+   (a free rendezvous port via --standalone; TMPDIR points into a folder removed afterwards).
+   Interleaved round by round; the median of per-round ratios is reported. Goal: <= 1.05.
+2. From "Run" to the first step of 2 CPU ranks, the first run in this process (it pays the
+   one-time preload of DDP's imports; warm-up steps are not counted). Goal: < 3 s.
+
+Usage: python benchmarks/ddp_overhead.py   (no arguments, ~1-2 minutes on 2 cores)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+MODEL, BATCH, STEPS, WARMUP, ROUNDS = "large", 64, 30, 5, 3
+HERE = Path(__file__).resolve().parent
+
+
+def hpclab_step() -> tuple[float, float]:
+    from hpclab import experiments
+
+    res = experiments.run(
+        "ddp", ranks=2, model=MODEL, batch_size=BATCH, steps=STEPS, warmup=WARMUP, baseline=False
+    )
+    rec = next(r for r in res.records if r["tier"] == "live")
+    return rec["step_s"], rec["startup_s"]  # startup_s: from the press to rank 0's first step
+
+
+def torchrun_step() -> float:
+    tmp = tempfile.mkdtemp(prefix="hpclab-torchrun-")
+    try:
+        env = {**os.environ, "TMPDIR": tmp, "OMP_NUM_THREADS": "1"}
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(HERE / "ddp_torchrun_plain.py"),
+            MODEL,
+            str(BATCH),
+            str(STEPS),
+            str(WARMUP),
+        ]
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+        if out.returncode:
+            raise RuntimeError(f"torchrun failed: {out.stderr.strip()[-500:]}")
+        line = next(x for x in out.stdout.splitlines() if x.startswith("{"))
+        return json.loads(line)["step_s"]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> int:
+    ours, theirs, starts = [], [], []
+    try:
+        for _ in range(ROUNDS):
+            step, first = hpclab_step()
+            ours.append(step)
+            starts.append(first)
+            theirs.append(torchrun_step())
+    except Exception as err:  # noqa: BLE001 - report and exit 1: nothing measured
+        print(f"ddp_overhead: could not measure: {err}")
+        return 1
+    ratios = sorted(a / b for a, b in zip(ours, theirs, strict=True))
+    ratio = ratios[len(ratios) // 2]
+    print(f"model {MODEL}, batch {BATCH}/rank, 2 gloo ranks, {STEPS} timed steps, {ROUNDS} rounds")
+    print(f"hpclab step ms:   {', '.join(f'{x * 1e3:.2f}' for x in ours)}")
+    print(f"torchrun step ms: {', '.join(f'{x * 1e3:.2f}' for x in theirs)}")
+    print(f"per-round ratios (sorted): {', '.join(f'{x:.3f}' for x in ratios)}")
+    print(
+        f"run -> first step s (first run includes the preload): "
+        f"{', '.join(f'{x:.2f}' for x in starts)}"
+    )
+    print(
+        f"ddp_overhead: step_ratio_vs_torchrun={ratio:.3f} goal<=1.05 "
+        f"{'PASS' if ratio <= 1.05 else 'FAIL'}"
+    )
+    print(
+        f"ddp_overhead: first_step_s={starts[0]:.2f} goal<=3.0 "
+        f"{'PASS' if starts[0] <= 3.0 else 'FAIL'}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

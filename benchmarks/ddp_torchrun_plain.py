@@ -1,0 +1,57 @@
+"""A plain DDP training script for torchrun: the baseline of benchmarks/ddp_overhead.py.
+
+Written the way the PyTorch DDP tutorials do it (env:// rendezvous, DistributedSampler, DDP,
+a hand-timed loop), with the same model, data, batch and steps as hpclab's ``ddp`` run.
+
+Usage: torchrun --standalone --nproc-per-node 2 benchmarks/ddp_torchrun_plain.py MODEL BATCH STEPS WARMUP
+Rank 0 prints one JSON line: {"step_s": median seconds per step, "steps": ...}.
+"""
+
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from hpclab.train import make_model, synthetic_images
+
+
+def main() -> None:
+    model_name, batch, steps, warmup = sys.argv[1], *map(int, sys.argv[2:5])
+    world = int(os.environ["WORLD_SIZE"])
+    rank = int(os.environ["RANK"])
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world))
+    dist.init_process_group("gloo")
+    x, y = synthetic_images(max(4096, 2 * batch * world), (1, 28, 28), seed=0)
+    data = TensorDataset(x.reshape(len(x), -1), y)
+    sampler = DistributedSampler(data, num_replicas=world, rank=rank, seed=0)
+    loader = DataLoader(data, batch_size=batch, sampler=sampler, drop_last=True)
+    model = DDP(make_model(model_name, 784, seed=0))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    times, epoch = [], 0
+    while len(times) < warmup + steps:
+        sampler.set_epoch(epoch)
+        for xb, yb in loader:
+            if len(times) == warmup + steps:
+                break
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(xb), yb)
+            loss.backward()
+            opt.step()
+            float(loss)
+            times.append(time.perf_counter() - t0)
+        epoch += 1
+    if rank == 0:
+        print(json.dumps({"step_s": statistics.median(times[warmup:]), "steps": steps}))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
