@@ -48,6 +48,7 @@ def test_ddp_two_ranks_equals_one_process_with_global_batch():
     assert ranks[0]["buckets"] >= 1 and serial["buckets"] == 0
 
 
+@pytest.mark.slow
 def test_ddp_three_ranks_with_gradient_accumulation_equals_serial():
     spec = replace(SPEC, samples=576, per_rank_batch=8, micro_batches=2)
     outs = launch(ddp_worker, 3, args=(spec,))
@@ -132,3 +133,41 @@ def test_run_ddp_records_and_efficiency():
     assert two["params_max_diff"] == 0.0 and two["backend"] == "gloo"
     assert two["allreduce_s"] > 0 and 0 < two["startup_s"] < 30
     assert model[0]["step_s"] == pytest.approx(two["compute_s"] + two["allreduce_s"])
+
+
+def test_ddp_plot_shows_live_model_and_seed001_reference():
+    from hpclab import experiments
+    from hpclab.ddp.plots import plot_ddp
+
+    res = experiments.run("ddp", ranks=2, batch_size=16, steps=3, warmup=1)
+    fig = plot_ddp(res)
+    names = [t.name for t in fig.data]
+    assert "tiny, weak (live)" in names and "tiny, weak (model)" in names
+    assert sum(n.startswith("reference: seed 001") for n in names) == 4
+
+
+@pytest.mark.slow
+def test_two_runs_at_once_on_one_node_do_not_collide():
+    import subprocess
+    import sys
+
+    cmd = [
+        sys.executable,
+        "-m",
+        "hpclab.cli",
+        "run",
+        "allreduce",
+        "--ranks",
+        "2",
+        "--max-bytes",
+        "4096",
+        "--repeat",
+        "3",
+        "--json",
+    ]
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-300:] for o in outs]

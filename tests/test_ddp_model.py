@@ -82,3 +82,15 @@ def test_scaling_model_experiment_reaches_512_and_overlays_reference():
     )
     # 4 GPUs: 2*3/4 * 4e6 B / 1e9 B/s = 6 ms on top of 10 ms
     assert custom.records[-1]["step_s"] == pytest.approx(0.016)
+
+
+def test_scaling_plot_and_table():
+    from hpclab import experiments
+    from hpclab.ddp.scaling import model_vs_reference, plot_scaling_model
+
+    fig = plot_scaling_model(experiments.run("scaling-model", workload="resnet50-seed001"))
+    assert [t.name for t in fig.data][0] == "model"
+    assert any(t.name.startswith("reference: seed 001") for t in fig.data)
+    table = model_vs_reference(workload="resnet50-seed001")
+    assert list(table.index) == [1, 2, 4, 8]
+    assert table.loc[8, "seed 001 samples/s"] == 1132
