@@ -233,3 +233,37 @@ def test_ctrl_c_in_the_parent_stops_every_rank(tmp_path):
     assert "interrupted" in out
     _, alive = psutil.wait_procs(ranks, timeout=5)
     assert not alive
+
+
+# --- backend="none" with several ranks, and fork after OpenMP (used by chapter 05) ----------
+
+
+def _write_own_slot(ctx, shared):
+    assert not ctx.distributed and ctx.backend == "none"
+    shared[ctx.rank] = ctx.rank + 1.0
+    return ctx.world_size
+
+
+def test_backend_none_runs_several_ranks_that_share_a_tensor():
+    shared = torch.zeros(3).share_memory_()
+    assert launch(_write_own_slot, 3, args=(shared,), backend="none") == [3, 3, 3]
+    assert shared.tolist() == [1.0, 2.0, 3.0]  # every rank wrote into the parent's tensor
+    private = torch.zeros(2)  # not shared: each forked rank writes its own copy
+    launch(_write_own_slot, 2, args=(private,), backend="none")
+    assert private.tolist() == [0.0, 0.0]
+
+
+def _gemm_threads(ctx):
+    a = torch.randn(128, 128)
+    for _ in range(3):
+        a = (a @ a).tanh()
+    return torch.get_num_threads()
+
+
+def test_fork_after_a_multithreaded_gemm_in_the_parent_does_not_hang():
+    # libgomp keeps its pool per OS thread with no fork handler: a rank forked from the thread
+    # that ran this GEMM would hang in its own first parallel GEMM.
+    torch.set_num_threads(2)
+    b = torch.randn(512, 512)
+    _ = b @ b
+    assert launch(_gemm_threads, 1, threads_per_rank=2, backend="none", deadline_s=30) == [2]

@@ -32,6 +32,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -211,6 +212,44 @@ def _exit_summary(code: int | None) -> str:
     return f"exited with code {code} before returning a result"
 
 
+def _start(procs: list[Any], start_method: str) -> threading.Event:
+    """Start the ranks; with fork, from a fresh thread that lives until the returned event is
+    set (set it after the ranks are gone).
+
+    GNU OpenMP (libgomp, behind PyTorch's CPU GEMMs) keeps its worker pool per OS thread and
+    has no fork handler: a child forked from a thread that already ran a multi-threaded kernel
+    inherits a pool whose threads do not exist, and its first parallel GEMM waits forever
+    (seen here: parent GEMM with 2 threads, then a rank with 2 threads hangs in
+    ``gomp_team_barrier_wait_end``). A child forked from a new thread starts with no pool.
+    The thread must outlive the ranks: ``PR_SET_PDEATHSIG`` fires when the *thread* that
+    forked a child exits, not only the process.
+    """
+    release = threading.Event()
+    if start_method != "fork":
+        for p in procs:
+            p.start()
+        release.set()
+        return release
+    started = threading.Event()
+    errors: list[BaseException] = []
+
+    def start_all() -> None:
+        try:
+            for p in procs:
+                p.start()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(exc)
+        started.set()
+        release.wait()
+
+    threading.Thread(target=start_all, name="hpclab-fork", daemon=True).start()
+    started.wait()
+    if errors:
+        release.set()
+        raise errors[0]
+    return release
+
+
 def launch(
     worker: Callable[..., Any],
     world_size: int,
@@ -278,6 +317,7 @@ def launch(
     logdir = tempfile.mkdtemp(prefix="hpclab-ranks-")
     results_q = mpctx.Queue()
     procs: list[Any] = []
+    release: threading.Event | None = None
     outputs: list[Any] = [None] * world_size
     done: set[int] = set()
     started = time.monotonic()
@@ -290,8 +330,8 @@ def launch(
                 args=(worker, ctx, store_port, timeout_s, log_path, results_q, args, kwargs or {}),
                 name=f"hpclab-rank{rank}",
             )
-            p.start()
             procs.append(p)
+        release = _start(procs, start_method)
 
         dead_since: dict[int, float] = {}
         while len(done) < world_size:
@@ -344,6 +384,8 @@ def launch(
         return outputs
     finally:
         _kill_tree(procs)
+        if release is not None:
+            release.set()
         results_q.close()
         results_q.cancel_join_thread()
         shutil.rmtree(logdir, ignore_errors=True)
