@@ -17,7 +17,7 @@ from hpclab.progress import Progress
 from hpclab.results import Result
 
 # One entry per chapter topic module, in chapter order.
-TOPICS: tuple[str, ...] = ("hpclab.welcome", "hpclab.compute.experiments", "hpclab.storage.experiments", "hpclab.ddp")
+TOPICS: tuple[str, ...] = ("hpclab.welcome", "hpclab.compute.experiments", "hpclab.storage.experiments", "hpclab.sgd", "hpclab.ddp")
 
 
 @dataclass(frozen=True)
