@@ -18,9 +18,9 @@ Bad input (a missing path, a corrupt file, a wrong sample shape) raises :class:`
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,7 @@ class Manifest:
     samples: int
     shape: tuple[int, ...]
     dtype: str = "uint8"
-    checksum: str = ""  # sha256 over every (label, sample bytes) in index order
+    checksum: str = ""  # CRC-32 over every (label, sample bytes) in index order
     files: int = 0  # files (inodes) the dataset occupies, manifest included
     bytes_on_disk: int = 0
     options: dict[str, Any] = field(default_factory=dict)
@@ -80,17 +80,24 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
 
 
 class Checksum:
-    """sha256 over (label, sample bytes) in index order: equal iff the same data, same order."""
+    """CRC-32 over (label, sample bytes) in index order: equal iff the same data, same order.
+
+    CRC-32 is what zip, gzip and PNG use to detect corruption (not tampering); it runs at
+    several GB/s, so verifying costs little next to the reads it protects.
+    """
 
     def __init__(self) -> None:
-        self._h = hashlib.sha256()
+        self._crc = 0
+        self._count = 0
 
     def add(self, label: int, data: bytes | memoryview) -> None:
-        self._h.update(int(label).to_bytes(8, "little", signed=True))
-        self._h.update(data)
+        self._crc = zlib.crc32(
+            data, zlib.crc32(label.to_bytes(8, "little", signed=True), self._crc)
+        )
+        self._count += 1
 
     def hexdigest(self) -> str:
-        return self._h.hexdigest()
+        return f"crc32:{self._crc:08x}:n={self._count}"
 
 
 def disk_usage(path: str | os.PathLike) -> tuple[int, int]:
@@ -98,6 +105,24 @@ def disk_usage(path: str | os.PathLike) -> tuple[int, int]:
     path = Path(path)
     paths = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
     return sum(p.stat().st_blocks * 512 for p in paths), len(paths)
+
+
+# This process's id, refreshed after every fork. os.getpid() is a system call (0.4 us on a
+# virtual machine, 5% of an LMDB read); a list lookup is not. The fork hook is installed on
+# the first open, not at import.
+_PID = [os.getpid()]
+_HOOKED = [False]
+
+
+def current_pid() -> int:
+    return _PID[0]
+
+
+def _track_forks() -> None:
+    if not _HOOKED[0] and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
+        _HOOKED[0] = True
+    _PID[0] = os.getpid()
 
 
 class StoredDataset:
@@ -124,8 +149,10 @@ class StoredDataset:
     @property
     def handle(self) -> Any:
         """The open handle for *this* process (opened on first use, reopened after fork)."""
-        pid = os.getpid()
+        pid = _PID[0]
         if self._handle is None or self._pid != pid:
+            _track_forks()
+            pid = _PID[0]
             self._handle = None  # never close a parent's handle from a child
             self.check_sizes()
             try:
@@ -152,7 +179,7 @@ class StoredDataset:
 
     @property
     def is_open(self) -> bool:
-        return self._handle is not None and self._pid == os.getpid()
+        return self._handle is not None and self._pid == _PID[0]
 
     def _open(self) -> Any:
         raise NotImplementedError
@@ -241,16 +268,20 @@ def iter_samples(source: Any, shape: tuple[int, ...], checksum: Checksum, progre
     ``progress(done, total)`` is called every 500 samples (it may raise ``Cancelled``).
     """
     n = len(source)
+    shape = tuple(shape)
     for i in range(n):
         x, label = source.sample(i)
-        x = np.asarray(x)
-        if x.shape != tuple(shape) or x.dtype != np.uint8:
+        if not isinstance(x, np.ndarray):
+            x = np.asarray(x)
+        if x.shape != shape or x.dtype != np.uint8:
             raise StorageError(
                 f"{getattr(source, 'path', type(source).__name__)}: sample {i} has shape "
                 f"{x.shape} dtype {x.dtype}; expected {tuple(shape)} uint8"
             )
-        x = np.ascontiguousarray(x)
+        if not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x)
+        label = int(label)
         checksum.add(label, x.data)
         if progress is not None and i % 500 == 0:
             progress(i, n)
-        yield i, x, int(label)
+        yield i, x, label

@@ -5,7 +5,8 @@ samples/s" is often a statement about memory, not the disk. A *cold* read needs 
 pages out of the cache. ``drop_caches`` needs root and empties the whole node's cache (everyone's,
 on a shared node); ``posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)`` evicts one file's clean pages
 as an ordinary user (DESIGN.md, measured facts). It cannot evict files on tmpfs (``/dev/shm``:
-they *are* memory) and does not evict dirty pages, so writers flush first.
+they *are* memory), dirty pages (so :func:`evict` flushes first) or pages that a process still
+maps (close LMDB environments and memmaps first: the readers' ``close()`` does).
 
 :func:`resident_fraction` asks the kernel (``mincore``) which pages are in memory, so the
 experiment can say whether "cold" really was cold.
@@ -33,10 +34,12 @@ def evict(path: str | os.PathLike) -> int:
     if not hasattr(os, "posix_fadvise"):
         return 0
     count = 0
+    # Dirty pages cannot be dropped and a fresh writer may leave some: flush once (one sync,
+    # not one fdatasync per file: 20 000 flushes of tiny files take minutes on a busy disk).
+    os.sync()
     for p in _files(path):
         fd = os.open(p, os.O_RDONLY)
         try:
-            os.fdatasync(fd)  # dirty pages cannot be dropped; a fresh writer may leave some
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             count += 1
         finally:

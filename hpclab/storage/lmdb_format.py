@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
-from hpclab.storage.base import Checksum, StorageError, StoredDataset, iter_samples
+from hpclab.storage.base import _PID, Checksum, StorageError, StoredDataset, iter_samples
 
 LABEL_BYTES = 8
-_ENVS: dict[tuple[int, str, int], Any] = {}
+_ENVS: dict[tuple, list] = {}  # ident -> [environment, users]
 
 
 def key(i: int) -> bytes:
@@ -48,6 +49,8 @@ def write(
     sample_bytes = int(np.prod(shape))
     # Data + ~50% for B-tree pages and overflow-page rounding, at least 16 MiB.
     map_size = max(16 << 20, int(len(source) * (sample_bytes + 64) * 1.5))
+    # sync=False: one sync at the end instead of one per commit; atomicity comes from the
+    # rename, not from LMDB. (Not writemap: it grows the file to the whole map size.)
     env = lmdb.open(str(out), map_size=map_size, subdir=True, meminit=False, sync=False)
     try:
         batch: list[tuple[bytes, bytes]] = []
@@ -57,8 +60,8 @@ def write(
             while True:
                 try:
                     with env.begin(write=True) as txn:
-                        for k, v in batch:
-                            txn.put(k, v, append=True)  # keys arrive sorted: append is O(1)
+                        # keys arrive sorted: append skips the B-tree search; putmulti loops in C
+                        txn.cursor().putmulti(batch, append=True)
                     break
                 except lmdb.MapFullError:
                     map_size *= 2
@@ -80,7 +83,8 @@ def write(
 
 
 def open_env(path: Path, readahead: bool = False) -> Any:
-    """The process's read-only environment for ``path`` (shared: py-lmdb allows one per path)."""
+    """The process's read-only environment for ``path``, shared and counted (py-lmdb allows one
+    per path per process). Every call must be paired with :func:`release_env`."""
     import lmdb
 
     data = path / "data.mdb"
@@ -90,11 +94,11 @@ def open_env(path: Path, readahead: bool = False) -> Any:
     for k in [k for k in _ENVS if k[0] != ident[0]]:
         # Inherited through fork (a DataLoader worker): never use it, and close it so py-lmdb
         # lets this process open its own. With lock=False closing only unmaps in this process.
-        _ENVS.pop(k).close()
-    env = _ENVS.get(ident)
-    if env is None:
+        _ENVS.pop(k)[0].close()
+    entry = _ENVS.get(ident)
+    if entry is None:
         for k in [k for k in _ENVS if k[:2] == ident[:2]]:
-            _ENVS.pop(k).close()  # re-packed, or other readahead: one env per path allowed
+            _ENVS.pop(k)[0].close()  # re-packed, or other readahead: one env per path allowed
         try:
             # readahead=False: random reads of small records should not pull in 128 KiB each.
             env = lmdb.open(
@@ -107,15 +111,26 @@ def open_env(path: Path, readahead: bool = False) -> Any:
             )
         except lmdb.Error as err:
             raise StorageError(f"{data}: not a valid LMDB file ({err})") from None
-        _ENVS[ident] = env
-    return env
+        entry = _ENVS[ident] = [env, 0]
+    entry[1] += 1
+    return entry[0]
+
+
+def release_env(env: Any) -> None:
+    """One user fewer; the last one closes the map (then its pages can leave the page cache)."""
+    for k, entry in list(_ENVS.items()):
+        if entry[0] is env and k[0] == os.getpid():
+            entry[1] -= 1
+            if entry[1] <= 0:
+                del _ENVS[k]
+                env.close()
 
 
 def forget(path: Path) -> None:
-    """Close this process's shared environment for ``path`` (before it is renamed or deleted)."""
+    """Close this process's environment for ``path`` now (before it is renamed or deleted)."""
     resolved = str(Path(path).resolve())
     for k in [k for k in _ENVS if k[0] == os.getpid() and k[1] == resolved]:
-        _ENVS.pop(k).close()
+        _ENVS.pop(k)[0].close()
 
 
 class LMDBDataset(StoredDataset):
@@ -127,22 +142,52 @@ class LMDBDataset(StoredDataset):
         super().__init__(path)
         self.readahead = readahead
         self._nbytes = self.manifest.sample_bytes + LABEL_BYTES
+        self._n = self.manifest.samples
+        self._txn: Any = None
 
     def _open(self) -> Any:
         env = open_env(self.path, self.readahead)
-        return env, env.begin(buffers=True)  # one long read transaction: no per-item begin
+        self._txn = env.begin(buffers=True)  # one long read transaction: no per-item begin
+        return env, self._txn
 
     def _close(self, handle: Any) -> None:
-        handle[1].abort()  # the environment stays shared in _ENVS
+        env, txn = handle
+        txn.abort()
+        self._txn = None
+        release_env(env)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_txn"] = None
+        return state
 
     def sample(self, i: int) -> tuple[np.ndarray, int]:
-        value = self.handle[1].get(b"%08d" % i)
+        txn = self._txn if self._pid == _PID[0] else self.handle[1]
+        value = txn.get(b"%08d" % i)
         if value is None or len(value) != self._nbytes:
-            size = "missing" if value is None else f"{len(value)} bytes"
-            raise StorageError(
-                f"{self.path}: record {i} is {size}, expected {self._nbytes} bytes "
-                f"(truncated/corrupt database or wrong shape {self.shape})"
-            )
+            self._bad_record(i, value)
+        label = int.from_bytes(value[:LABEL_BYTES], "little", signed=True)
+        return np.frombuffer(value, np.uint8, offset=LABEL_BYTES).reshape(self.shape).copy(), label
+
+    def _bad_record(self, i: int, value: Any) -> None:
+        size = "missing" if value is None else f"{len(value)} bytes"
+        raise StorageError(
+            f"{self.path}: record {i} is {size}, expected {self._nbytes} bytes "
+            f"(truncated/corrupt database or wrong shape {self.shape})"
+        )
+
+    def __getitem__(self, i: int):
+        # The hot path of every epoch, kept flat (benchmarks/storage.py holds it to >= 90% of a
+        # raw lmdb loop): sample() inlined, the process check is a list lookup.
+        n = self._n
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"index {i} out of range for {n} samples in {self.path}")
+        txn = self._txn if self._pid == _PID[0] else self.handle[1]
+        value = txn.get(b"%08d" % i)
+        if value is None or len(value) != self._nbytes:
+            self._bad_record(i, value)
         label = int.from_bytes(value[:LABEL_BYTES], "little", signed=True)
         x = np.frombuffer(value, np.uint8, offset=LABEL_BYTES).reshape(self.shape).copy()
-        return x, label
+        return torch.from_numpy(x), label
