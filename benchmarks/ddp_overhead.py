@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-MODEL, BATCH, STEPS, WARMUP, ROUNDS = "large", 64, 30, 5, 3
+MODEL, BATCH, STEPS, WARMUP, ROUNDS = "large", 64, 30, 5, 4
 HERE = Path(__file__).resolve().parent
 
 

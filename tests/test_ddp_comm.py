@@ -68,6 +68,9 @@ def test_alpha_beta_fit_recovers_known_parameters():
     assert a == pytest.approx(alpha, rel=1e-6) and b == pytest.approx(bw, rel=1e-6)
     with pytest.raises(ValueError):
         fit_alpha_beta([4, 4], [1e-4, 1e-4], n)
+    # latency-bound sizes only (flat or falling times): B is bounded from below, never infinite
+    a, b = fit_alpha_beta([4, 64, 1024], [1.0e-4, 1.0e-4, 0.9e-4], 2)
+    assert b == pytest.approx(1024 / 0.9e-4) and a >= 0
 
 
 def test_allreduce_experiment_fields_and_fit():

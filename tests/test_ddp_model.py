@@ -94,3 +94,23 @@ def test_scaling_plot_and_table():
     table = model_vs_reference(workload="resnet50-seed001")
     assert list(table.index) == [1, 2, 4, 8]
     assert table.loc[8, "seed 001 samples/s"] == 1132
+
+
+def test_model_calibrated_from_own_measurements():
+    from hpclab import experiments
+    from hpclab.ddp.scaling import from_measurements, plot_scaling_model
+
+    ddp = experiments.run("ddp", ranks=2, batch_size=32, steps=4, warmup=1)
+    ar = experiments.run("allreduce", ranks=2, max_bytes=2**20, repeat=3)
+    res = from_measurements(ddp, ar, max_gpus=8)
+    model = [r for r in res.records if r["tier"] == "model"]
+    live = [r for r in res.records if r["tier"] == "live"]
+    base = ddp.records[0]
+    fit = next(r for r in ar.records if r["tier"] == "model")
+    assert model[0]["step_s"] == pytest.approx(base["step_s"])  # one GPU: compute only
+    expected = base["step_s"] + ring_allreduce_s(
+        4 * base["params"], 2, fit["alpha_s"], fit["bandwidth_gbps"] * 1e9
+    )
+    assert model[1]["step_s"] == pytest.approx(expected)
+    assert [r["gpus"] for r in live] == [1, 2]
+    assert any(t.name == "measured here (live)" for t in plot_scaling_model(res).data)

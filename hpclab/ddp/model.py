@@ -137,7 +137,9 @@ def fit_alpha_beta(nbytes: list[float], seconds: list[float], n: int) -> tuple[f
     w = 1.0 / t
     design = np.stack([np.ones_like(m), m], axis=1) * w[:, None]
     (a, b), *_ = np.linalg.lstsq(design, t * w, rcond=None)
-    a, b = max(float(a), 0.0), max(float(b), 1e-30)
+    a, b = max(float(a), 0.0), float(b)
+    if b <= 0:  # only latency-bound sizes (or noise): the biggest message bounds B from below
+        b = float(t[np.argmax(m)] / m.max())
     return a / (2 * (n - 1)), 2 * (n - 1) / n / b
 
 

@@ -33,7 +33,7 @@ class ScalingModelConfig(Config):
     overlap: float = param(0.0, min=0.0, max=1.0, help="fraction of all-reduce hidden by compute")
     link_efficiency: float = param(0.8, min=0.05, max=1.0, help="achieved / spec bandwidth")
     alpha_us: float = param(-1.0, min=-1.0, max=1e6, help="latency override (us; -1: preset)")
-    bandwidth_gbps: float = param(-1.0, min=-1.0, max=1e4, help="achieved GB/s (-1: preset)")
+    bandwidth_gbps: float = param(-1.0, min=-1.0, max=1e6, help="achieved GB/s (-1: preset)")
     params_m: float = param(3.0, min=1e-6, max=1e6, help="custom: parameters (millions)")
     batch_size: int = param(256, min=1, max=1 << 20, help="custom: batch at which compute is")
     compute_ms: float = param(10.0, min=1e-6, max=1e7, help="custom: one step's compute (ms)")
@@ -106,11 +106,16 @@ def plot_scaling_model(result: Result):
     for tier, style in (
         ("model", {"mode": "lines+markers"}),
         ("reference", {"mode": "markers", "marker": {"size": 11, "symbol": "diamond"}}),
+        ("live", {"mode": "markers", "marker": {"size": 12, "symbol": "circle"}}),
     ):
         rows = sorted((r for r in result.records if r["tier"] == tier), key=lambda r: r["gpus"])
         if not rows:
             continue
-        name = "model" if tier == "model" else f"reference: {rows[0]['source'][:60]}..."
+        name = {
+            "model": "model",
+            "live": "measured here (live)",
+            "reference": f"reference: {rows[0].get('source', '')[:60]}...",
+        }[tier]
         x = [r["gpus"] for r in rows]
         fig.add_scatter(
             x=x,
@@ -136,6 +141,41 @@ def plot_scaling_model(result: Result):
     fig.update_yaxes(range=[0, 1.1], row=1, col=2)
     fig.update_layout(title=f"Scaling model: {result.config.get('workload')}", height=420)
     return fig
+
+
+def from_measurements(ddp: Result, allreduce: Result, max_gpus: int = 64, **overrides: Any):
+    """The model calibrated from your own runs: compute from a ``ddp`` result's one-rank step,
+    alpha and B from an ``allreduce`` result's fit; the ddp points are overlaid (live tier)."""
+    base = min((r for r in ddp.records if r["tier"] == "live"), key=lambda r: r["ranks"])
+    if base["ranks"] != 1:
+        raise ValueError("the ddp result needs its one-rank baseline (run it with baseline=True)")
+    fit = next((r for r in allreduce.records if r["tier"] == "model"), None)
+    if fit is None:
+        raise ValueError("the allreduce result has no alpha-beta fit (it needs >= 2 sizes)")
+    params = {
+        "workload": "custom",
+        "scaling": base["scaling"],
+        "params_m": base["params"] / 1e6,
+        "batch_size": base["global_batch"],
+        "compute_ms": base["step_s"] * 1e3,
+        "alpha_us": fit["alpha_s"] * 1e6,
+        "bandwidth_gbps": fit["bandwidth_gbps"],
+        "max_gpus": max_gpus,
+        **overrides,
+    }
+    result = run_scaling_model(ScalingModelConfig.create(**params), Progress())
+    for r in ddp.records:
+        if r["tier"] == "live" and r["scaling"] == params["scaling"]:
+            result.records.append(
+                {
+                    "tier": "live",
+                    "gpus": r["ranks"],
+                    "samples_per_s": r["samples_per_s"],
+                    "efficiency": r["efficiency"],
+                    "model": r["model"],
+                }
+            )
+    return result
 
 
 def model_vs_reference(**params: Any) -> Any:
