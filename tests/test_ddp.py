@@ -171,3 +171,30 @@ def test_two_runs_at_once_on_one_node_do_not_collide():
     ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-300:] for o in outs]
+
+
+def test_cancel_stops_all_ranks_within_seconds():
+    import threading
+
+    from hpclab import experiments
+    from hpclab.progress import Cancelled, Progress
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    progress = Progress()
+    outcome = {}
+
+    def work():
+        try:
+            experiments.run("ddp", progress=progress, ranks=2, steps=10000, baseline=False)
+        except Cancelled:
+            outcome["cancelled"] = time.monotonic()
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    time.sleep(2.0)
+    t0 = time.monotonic()
+    progress.cancel()
+    thread.join(timeout=15)
+    assert "cancelled" in outcome and outcome["cancelled"] - t0 < 5
+    after = {p.pid for p in psutil.Process().children(recursive=True)}
+    assert after <= before, f"processes left behind: {after - before}"
