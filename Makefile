@@ -5,7 +5,8 @@ VENV ?= .venv
 # (pyproject.toml keeps a range, so pip leaves it alone) or override: make TORCH_SPEC=... lab
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.hpclab-installed
+# Its own stamp: scripts/lab.sh installs without the test extras and stamps .hpclab-installed.
+STAMP := $(VENV)/.hpclab-test-installed
 NOTEBOOKS := $(wildcard notebooks/[0-9][0-9]_*.ipynb) $(wildcard solutions/[0-9][0-9]_*.ipynb)
 
 .PHONY: install lab test lint format notebooks exercises benchmarks kernel clean
@@ -19,8 +20,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-lab: install
-	HPCLAB_VENV=$(VENV) bash scripts/lab.sh
+# scripts/lab.sh creates the venv and installs what is missing (torch: $(TORCH_SPEC)).
+lab:
+	HPCLAB_VENV=$(VENV) HPCLAB_TORCH_SPEC="$(TORCH_SPEC)" bash scripts/lab.sh
 
 lint: install
 	$(BIN)/ruff check .

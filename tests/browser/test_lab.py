@@ -1,0 +1,258 @@
+"""Real-browser test: open a notebook in JupyterLab (headless Chromium), Run All, check it.
+
+Checks, in order: every code cell ran (has an execution count) with the kernel idle again; no
+output shows a Python traceback; at least one ipywidgets widget and one plotly plot rendered;
+moving the notebook's control changes the data of the plot it drives.
+
+Convention shared with the notebooks: the interactive control (a slider or dropdown) carries the
+CSS class ``hpclab-control`` (``widget.add_class("hpclab-control")``) and the ``FigureWidget`` it
+drives carries ``hpclab-figure``; without the latter the last plotly plot on the page is used.
+
+Run:  pytest -m browser tests/browser -v
+Env:  HPCLAB_BROWSER_NOTEBOOK=path.ipynb  test that notebook instead of notebooks/00_welcome.ipynb
+      HPCLAB_REQUIRE_BROWSER=1            a missing Chromium/Playwright fails instead of skipping
+      HPCLAB_CHROMIUM=/path/to/chromium   another Chromium binary (default /usr/bin/chromium)
+Only the notebook file is copied into the server's temporary root (no sibling files).
+On failure: test-artifacts/<test id>/ holds screenshot.png, page.txt, console.txt, jupyter-lab.log.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEMO = Path(__file__).with_name("demo_widget.ipynb")
+NOTEBOOK = Path(os.environ.get("HPCLAB_BROWSER_NOTEBOOK", "notebooks/00_welcome.ipynb"))
+if not NOTEBOOK.is_absolute():
+    NOTEBOOK = REPO_ROOT / NOTEBOOK
+
+KERNEL_IDLE_TIMEOUT_S = 90
+RUN_ALL_TIMEOUT_S = 240
+PLOT_CHANGE_TIMEOUT_S = 20
+
+# --- selectors ---------------------------------------------------------------------------------
+NOTEBOOK_PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+KERNEL_INDICATOR = f"{NOTEBOOK_PANEL} .jp-Notebook-ExecutionIndicator"
+STDERR = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
+WIDGET = ".jp-OutputArea-output .jupyter-widgets"
+PLOT = ".js-plotly-plot"
+CONTROL = ".hpclab-control"
+FIGURE = ".hpclab-figure.js-plotly-plot, .hpclab-figure .js-plotly-plot"
+
+# Error text: IPython tracebacks, or a bare "SomethingError: ..." line (SyntaxError has no
+# "Traceback" header). Warnings on stderr ("UserWarning: ...") are allowed.
+ERROR_RE = re.compile(r"Traceback|^\s*[\w.]*(Error|Exception)\b", re.MULTILINE)
+
+# JS run in the page -----------------------------------------------------------------------------
+# The kernel is really idle: the toolbar indicator says so AND the status bar names a kernel.
+# (The indicator alone reads "idle" while the status bar still says "No Kernel | Initializing";
+# Run All at that moment silently runs nothing.)
+JS_KERNEL_IDLE = """() => {
+  const ind = document.querySelector(
+    '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator');
+  if (!ind || ind.dataset.status !== 'idle') return false;
+  return Array.from(document.querySelectorAll('.jp-StatusBar-TextItem')).some(
+    e => /^(?!No Kernel).+[|]\\s*Idle\\s*$/.test(e.textContent.trim()));
+}"""
+# Prompts of the non-empty code cells, e.g. ["[1]:", "[*]:", "[ ]:"].
+JS_PROMPTS = """() => Array.from(document.querySelectorAll(
+    '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-CodeCell'))
+  .filter(c => (c.querySelector('.jp-InputArea-editor .cm-content')?.textContent ?? 'x').trim())
+  .map(c => (c.querySelector('.jp-InputArea-prompt')?.textContent ?? '').trim())"""
+# Texts of outputs that look like errors.
+JS_ERRORS = """(stderrSel) => {
+  const out = [];
+  for (const el of document.querySelectorAll(stderrSel)) out.push(el.innerText);
+  for (const el of document.querySelectorAll('.jp-RenderedText')) {
+    if (el.innerText.includes('Traceback (most recent call last)')) out.push(el.innerText);
+  }
+  for (const el of document.querySelectorAll('.jp-OutputArea-output')) {
+    if (el.innerText.includes('Error displaying widget')) out.push(el.innerText);
+  }
+  return out;
+}"""
+# The plotly data of the figure under test, as JSON (typed arrays become plain arrays).
+JS_PLOT_DATA = """(sel) => {
+  const el = document.querySelector(sel);
+  if (!el || !el.data) return null;
+  return JSON.stringify(el.data, (k, v) => ArrayBuffer.isView(v) ? Array.from(v) : v);
+}"""
+
+
+def _params():
+    yield pytest.param(DEMO, id="demo_widget")
+    mark = () if NOTEBOOK.exists() else pytest.mark.skip(reason=f"{NOTEBOOK} does not exist yet")
+    yield pytest.param(NOTEBOOK, id=NOTEBOOK.stem, marks=mark)
+
+
+def _error_outputs(page) -> list[str]:
+    return [t for t in page.evaluate(JS_ERRORS, STDERR) if ERROR_RE.search(t)]
+
+
+def _dismiss_dialogs(page) -> None:
+    """Accept a kernel-selection or similar dialog (e.g. a kernelspec name that is not here)."""
+    accept = page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept")
+    if accept.count():
+        accept.first.click()
+
+
+def _wait_kernel_idle(page, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        _dismiss_dialogs(page)
+        if page.evaluate(JS_KERNEL_IDLE):
+            return
+        page.wait_for_timeout(250)
+    status = page.locator(KERNEL_INDICATOR).first.get_attribute("data-status", timeout=1000)
+    raise AssertionError(f"kernel not idle after {timeout_s:.0f} s (status: {status})")
+
+
+def _run_all(page, attempts: int = 3, start_timeout_s: float = 15) -> None:
+    """Run → Run All Cells from the main menu; check that some cell started (else retry)."""
+    for _ in range(attempts):
+        page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
+        page.locator(".lm-Menu-item", has_text=re.compile(r"^Run All Cells")).first.click()
+        deadline = time.monotonic() + start_timeout_s
+        while time.monotonic() < deadline:
+            if any(p != "[ ]:" for p in page.evaluate(JS_PROMPTS)):
+                return
+            page.wait_for_timeout(200)
+        _wait_kernel_idle(page, KERNEL_IDLE_TIMEOUT_S)
+    raise AssertionError(f"Run All Cells started no cell ({attempts} attempts)")
+
+
+def _wait_all_executed(page, timeout_s: float) -> list[str]:
+    deadline = time.monotonic() + timeout_s
+    prompts: list[str] = []
+    while time.monotonic() < deadline:
+        errors = _error_outputs(page)
+        assert not errors, "a cell raised:\n" + "\n---\n".join(errors)
+        prompts = page.evaluate(JS_PROMPTS)
+        done = prompts and all(re.fullmatch(r"\[\d+\]:", p) for p in prompts)
+        if done and page.evaluate(JS_KERNEL_IDLE):
+            return prompts
+        page.wait_for_timeout(500)
+    raise AssertionError(f"not every cell ran within {timeout_s:.0f} s; prompts: {prompts}")
+
+
+def _change_control(page) -> str:
+    """Move the first `.hpclab-control` to another value; return what was done."""
+    control = page.locator(CONTROL).first
+    control.scroll_into_view_if_needed()
+    select = control.locator("select")
+    if select.count():  # Dropdown / Select
+        options = select.first.locator("option")
+        current = select.first.input_value()
+        for i in range(options.count()):
+            value = options.nth(i).get_attribute("value")
+            if value != current:
+                select.first.select_option(value=value)
+                return f"dropdown -> option {i}"
+        raise AssertionError("the .hpclab-control dropdown has only one option")
+    readout = control.locator(".widget-readout")
+    if readout.count() and readout.first.get_attribute("contenteditable") == "true":
+        # Slider: type the max (or the min, if already at the max) into the readout, Enter.
+        old = readout.first.inner_text().strip()
+        handle = control.locator(".noUi-handle").first
+        vmin, vmax = handle.get_attribute("aria-valuemin"), handle.get_attribute("aria-valuemax")
+        target = vmax if old != _fmt(vmax) else vmin
+        readout.first.click()
+        page.keyboard.press("Control+A")
+        page.keyboard.type(_fmt(target))
+        page.keyboard.press("Enter")
+        return f"slider readout {old} -> {_fmt(target)}"
+    handle = control.locator(".noUi-handle, input")
+    if handle.count():
+        handle.first.focus()
+        page.keyboard.press("ArrowRight")
+        page.keyboard.press("Enter")
+        return "keyboard ArrowRight on the control"
+    raise AssertionError("found .hpclab-control but no slider, dropdown or input inside it")
+
+
+def _log_console(page) -> str:
+    """Best effort: open View → Show Log Console and return its text (widget callbacks' errors)."""
+    try:
+        page.locator(".lm-MenuBar-item", has_text=re.compile(r"^View$")).click()
+        page.locator(".lm-Menu-item", has_text=re.compile(r"^Show Log Console")).first.click()
+        panel = page.locator(".jp-LogConsolePanel")
+        panel.first.wait_for(timeout=5000)
+        page.wait_for_timeout(500)
+        return panel.first.inner_text()[-3000:] or "(empty)"
+    except Exception as exc:  # diagnostics only
+        return f"(could not read the Log Console: {exc!r})"
+
+
+def _fmt(value: str | None) -> str:
+    """aria values are floats as strings ("10.0"); IntSlider wants "10"."""
+    if value is None:
+        return ""
+    f = float(value)
+    return str(int(f)) if f.is_integer() else value
+
+
+@pytest.mark.parametrize("notebook", list(_params()))
+def test_run_all_and_interact(
+    notebook: Path, lab_factory, chromium_browser, save_artifacts, request
+):
+    t0 = time.monotonic()
+    server, rel = lab_factory(notebook)
+    context = chromium_browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    console: list[str] = []
+    page.on("console", lambda m: console.append(f"[{m.type}] {m.text}"))
+    page.on("pageerror", lambda e: console.append(f"[pageerror] {e}"))
+    timings: dict[str, float] = {}
+    try:
+        page.goto(server.url(f"/lab/tree/{rel}"), wait_until="domcontentloaded")
+        page.wait_for_selector(f"{NOTEBOOK_PANEL} .jp-Notebook", timeout=60_000)
+        _wait_kernel_idle(page, KERNEL_IDLE_TIMEOUT_S)
+        timings["lab_ready_s"] = time.monotonic() - t0
+
+        _run_all(page)
+        prompts = _wait_all_executed(page, RUN_ALL_TIMEOUT_S)
+        timings["run_all_s"] = time.monotonic() - t0
+
+        errors = _error_outputs(page)
+        assert not errors, "an output shows an error:\n" + "\n---\n".join(errors)
+        assert page.locator(WIDGET).count() > 0, "no ipywidgets widget rendered"
+        page.wait_for_selector(f"{PLOT} .main-svg", state="attached", timeout=30_000)
+
+        assert page.locator(CONTROL).count() > 0, (
+            f"{rel}: no widget with CSS class 'hpclab-control' (convention: the notebook's "
+            "interactive control calls .add_class('hpclab-control'))"
+        )
+        figure = FIGURE
+        if not page.locator(FIGURE).count():  # fall back to the last plot on the page
+            page.locator(PLOT).last.evaluate("el => el.classList.add('hpclab-test-target')")
+            figure = ".hpclab-test-target"
+        before = page.evaluate(JS_PLOT_DATA, figure)
+        assert before is not None, f"plot {figure!r} has no plotly data"
+        action = _change_control(page)
+
+        after = before
+        deadline = time.monotonic() + PLOT_CHANGE_TIMEOUT_S
+        while after == before and time.monotonic() < deadline:
+            page.wait_for_timeout(250)
+            after = page.evaluate(JS_PLOT_DATA, figure)
+        assert after != before, (
+            f"plot data did not change within {PLOT_CHANGE_TIMEOUT_S} s after {action}. "
+            f"JupyterLab's Log Console (where callback exceptions land) says:\n{_log_console(page)}"
+        )
+        errors = _error_outputs(page)
+        assert not errors, "the control's callback raised:\n" + "\n---\n".join(errors)
+        timings["total_s"] = time.monotonic() - t0
+        print(f"{rel}: {len(prompts)} code cells; {action}; plot {figure!r}; timings {timings}")
+    except BaseException:
+        out = save_artifacts(request.node.nodeid, page=page, server=server, console=console)
+        print(f"artifacts saved to {out}")
+        raise
+    finally:
+        context.close()
