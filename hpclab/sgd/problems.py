@@ -15,8 +15,9 @@ Shapes: dense inputs ``[N, 64]`` float32; sparse inputs ``[N, nnz]`` int64 featu
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -194,7 +195,26 @@ def serial_sgd(
     problem: Problem, steps: int, batch: int, lr: float, seed: int = 0, streams: int = 1
 ) -> nn.Module:
     """Plain SGD: step ``s`` uses the concatenated batches of streams ``0..streams-1`` (the
-    combined batch of ``streams`` synchronous trainers)."""
+    combined batch of ``streams`` synchronous trainers). Runs on one thread, like a worker:
+    these steps are far too small for intra-op threads, which only add synchronisation."""
+    with one_thread():
+        return _serial_sgd(problem, steps, batch, lr, seed, streams)
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Run the block with one intra-op thread, then restore the caller's setting."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _serial_sgd(
+    problem: Problem, steps: int, batch: int, lr: float, seed: int, streams: int
+) -> nn.Module:
     model = problem.model()
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     samplers = [Sampler(problem.n_train, batch, seed, s) for s in range(streams)]

@@ -1,0 +1,78 @@
+"""Chapter 05: Hogwild! (lock-free) and locked shared-memory SGD against serial SGD."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpclab.config import ConfigError
+from hpclab.progress import Progress
+from hpclab.sgd.hogwild import (
+    DEFAULT_LR,
+    HogwildConfig,
+    overlap_model,
+    run_hogwild,
+    speedup_table,
+    train_hogwild,
+)
+from hpclab.sgd.problems import make_problem, serial_sgd
+
+
+@pytest.fixture(scope="module")
+def sparse():
+    return make_problem("sparse")
+
+
+def test_hogwild_reaches_serial_sgd_on_the_convex_problem(sparse):
+    initial = sparse.loss(sparse.model())
+    serial = sparse.loss(serial_sgd(sparse, 1000, 32, DEFAULT_LR["sparse"]))
+    model, outs = train_hogwild(sparse, 2, 1000, 32, DEFAULT_LR["sparse"])
+    hogwild = sparse.loss(model)
+    assert [o["steps"] for o in outs] == [500, 500]
+    assert initial - serial > 0.1  # the run learns something worth comparing
+    assert abs(hogwild - serial) < 0.02
+
+
+def test_locked_and_lock_free_agree(sparse):
+    lockfree, _ = train_hogwild(sparse, 2, 1200, 32, DEFAULT_LR["sparse"])
+    locked, _ = train_hogwild(sparse, 2, 1200, 32, DEFAULT_LR["sparse"], locked=True)
+    assert abs(sparse.loss(lockfree) - sparse.loss(locked)) < 0.02
+
+
+def test_dense_model_keeps_serial_accuracy():
+    res = run_hogwild(HogwildConfig.create(model="dense", workers=2, updates=1500), Progress())
+    table = speedup_table(res).set_index("variant")
+    assert list(table.index) == ["serial", "hogwild"]
+    assert table.loc["serial", "speedup_vs_serial"] == 1.0
+    assert table.loc["hogwild", "accuracy"] >= table.loc["serial", "accuracy"] - 0.03
+    assert table.loc["hogwild", "accuracy"] > 0.85
+    for col in ("wall_s", "updates_per_s", "accuracy", "speedup_vs_serial"):
+        assert table.loc["hogwild", col] > 0
+    curves = [r for r in res.records if r["kind"] == "curve" and r["variant"] == "hogwild"]
+    assert curves[-1]["update"] == 1500  # the merged curve counts every worker's updates
+    assert curves[-1]["loss_smoothed"] < curves[0]["loss_smoothed"]
+
+
+def test_overlap_model():
+    assert overlap_model("dense", 2, 32, 10, 0) == 1.0
+    assert overlap_model("sparse", 1, 32, 10, 2000) == 0.0
+    # 320 weights written per update of 2000: 1 - (1 - 1/2000)^320 for one other worker.
+    assert overlap_model("sparse", 2, 32, 10, 2000) == pytest.approx(0.1479, abs=1e-3)
+    assert overlap_model("sparse", 2, 1, 1, 10**6) < 1e-5
+
+
+@pytest.mark.parametrize(
+    ("params", "words"),
+    [
+        ({"lr": -0.1}, ["lr=-0.1", "0.0..10.0"]),
+        ({"workers": 0}, ["workers=0", "1..64"]),
+        ({"workers": 40, "threads": 4}, ["workers x threads", "usable cores"]),
+        ({"model": "huge"}, ["model='huge'", "dense"]),
+    ],
+)
+def test_bad_input_is_refused_in_one_line(params, words):
+    with pytest.raises(ConfigError) as err:
+        HogwildConfig.create(**params)
+    text = str(err.value)
+    assert "\n" not in text
+    for w in words:
+        assert w in text
