@@ -42,7 +42,7 @@ class CrossoverConfig(Config):
     matmul_sizes: tuple = param(
         (8, 16, 32, 64, 128, 256, 512, 1024),
         min=1,
-        max=16384,
+        max=4096,
         quick=(8, 32, 128, 512),
         help="n of the n x n matmuls",
     )
@@ -119,7 +119,8 @@ def _fn(op: str, size: int, device: str):
 
 
 def run_crossover(config: CrossoverConfig, progress: Progress) -> Result:
-    from hpclab.measure.timing import calls_for, synchronize, time_fn
+    from hpclab.compute.timers import timed_auto
+    from hpclab.measure.timing import synchronize
 
     devices = dev.resolve_devices(config.device)
     plan = [
@@ -133,9 +134,7 @@ def run_crossover(config: CrossoverConfig, progress: Progress) -> Result:
         progress.update(i, len(plan), f"{op} {size} on {device}")
         with dev.torch_threads(config.threads if device == "cpu" else 0):
             fn = _fn(op, size, device)
-            fn()
-            inner = calls_for(fn, 0.002, device)
-            t = time_fn(fn, device=device, repeat=config.repeat, inner=inner)
+            t = timed_auto(fn, device, config.repeat)
             nosync = naive_time(fn, repeat=config.repeat)
             synchronize(device)  # the naive timer left work queued on a GPU
         records.append(

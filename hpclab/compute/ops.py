@@ -50,11 +50,9 @@ class OpsConfig(Config):
 
 
 def _timed(fn, device: str, repeat: int) -> Any:
-    from hpclab.measure.timing import calls_for, time_fn
+    from hpclab.compute.timers import timed_auto
 
-    fn()  # first call: allocation, plan creation, algorithm search; not timed
-    inner = calls_for(fn, 0.002, device)
-    return time_fn(fn, device=device, repeat=repeat, inner=inner)
+    return timed_auto(fn, device, repeat)
 
 
 def _rng(config: OpsConfig, device: str) -> list[dict[str, Any]]:

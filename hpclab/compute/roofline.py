@@ -48,9 +48,9 @@ class RooflineConfig(Config):
 
 
 def _time(fn, device: str, repeat: int):
-    from hpclab.measure.timing import time_fn
+    from hpclab.compute.timers import timed_auto
 
-    return time_fn(fn, device=device, repeat=repeat, warmup=2)
+    return timed_auto(fn, device, repeat)
 
 
 def _time_add(n: int, tdt: torch.dtype, device: str, repeat: int):
