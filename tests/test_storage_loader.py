@@ -49,7 +49,7 @@ def test_handles_open_lazily_and_never_travel(fmt, data):
 
 
 @pytest.mark.parametrize("fmt", ["lmdb", "hdf5"])
-def test_two_forked_workers_after_the_parent_opened(fmt, data):
+def test_two_forked_workers_after_the_parent_opened(fmt, data, no_orphans):
     root, src = data
     ds = open_dataset(root / fmt)
     ds[0]  # the parent holds an open handle before the workers fork
@@ -168,3 +168,20 @@ def test_cli_pack_then_read_json(tmp_path):
     assert obj["experiment"] == "storage-read"
     assert {r["order"] for r in obj["records"]} == {"random", "sequential"}
     assert all(r["samples"] == 100 and r["mb_per_s"] > 0 for r in obj["records"])
+
+
+def test_live_wait_monitor_draws_every_step():
+    from hpclab.storage.live import wait_monitor
+
+    m = wait_monitor(
+        format=("memmap", "files-npy"),
+        samples=200,
+        shape=(1, 8, 8),
+        steps=5,
+        open_latency_ms=2.0,
+        device="cpu",
+    )
+    m.start(wait=True)
+    assert m.status.value == "done"
+    assert len(m.figure.data[0].x) == len(m.figure.data[1].y) == 10
+    assert "memmap" in m.figure.layout.title.text and "files-npy" in m.figure.layout.title.text

@@ -168,7 +168,9 @@ class WaitConfig(Config):
         parse_shape(self.shape)
 
 
-def run_wait(config: WaitConfig, progress: Progress) -> Result:
+def run_wait(config: WaitConfig, progress: Progress, on_step=None) -> Result:
+    """Train ``config.steps`` steps per format; ``on_step(record)`` sees each step as it ends
+    (the live monitor in :mod:`hpclab.storage.live` draws with it)."""
     import torch
 
     from hpclab.storage.workspace import prepared
@@ -206,15 +208,10 @@ def run_wait(config: WaitConfig, progress: Progress) -> Result:
             t2 = time.perf_counter()
             if step:
                 steps.append((t1 - t0, t2 - t1))
-                records.append(
-                    {
-                        "kind": "step",
-                        "format": fmt,
-                        "step": step,
-                        "wait_s": t1 - t0,
-                        "compute_s": t2 - t1,
-                    }
-                )
+                rec = {"kind": "step", "format": fmt, "step": step}
+                records.append({**rec, "wait_s": t1 - t0, "compute_s": t2 - t1})
+                if on_step is not None:
+                    on_step(records[-1])
                 progress.update(k * config.steps + step, total, f"{fmt}: step {step}")
         del it
         wait = sum(s[0] for s in steps)
