@@ -198,3 +198,17 @@ def test_cancel_stops_all_ranks_within_seconds():
     assert "cancelled" in outcome and outcome["cancelled"] - t0 < 5
     after = {p.pid for p in psutil.Process().children(recursive=True)}
     assert after <= before, f"processes left behind: {after - before}"
+
+
+def test_scaling_explorer_panel_runs_and_caps_ranks(monkeypatch):
+    import hpclab.ddp.train as tr
+
+    monkeypatch.setenv("HPCLAB_QUICK", "1")
+    view = tr.scaling_explorer()
+    assert view.controls["ranks"].max == max(2, *tr.available().values())
+    assert view.results and view.results[0].records[-1]["tier"] == "model"
+    assert "done" in view.status.value
+    view.controls["scaling"].value = "strong"
+    view.controls["batch_size"].value = 33  # not divisible by 2 ranks: refused, not run
+    view.start(wait=True)
+    assert "nearest valid: 32, 34" in view.status.value and len(view.results) == 1
