@@ -115,6 +115,10 @@ def test_more_ranks_than_the_allocation_is_refused_with_what_exists(monkeypatch)
     assert resolve_device(2, "auto") == "cpu"
     monkeypatch.setattr(tr, "available", lambda device="auto": {"gpus": 4, "cores": 2})
     assert resolve_device(4, "auto") == "cuda"
+    with pytest.raises(ConfigError, match=r"ranks=5 needs 5 GPUs but this allocation has 4"):
+        resolve_device(5, "auto")
+    with pytest.raises(ConfigError, match=r"ranks=5 exceeds"):
+        resolve_device(5, "cpu")
 
 
 def test_run_ddp_records_and_efficiency():

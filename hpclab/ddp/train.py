@@ -80,7 +80,8 @@ def resolve_device(ranks: int, device: str) -> str:
     """``cuda`` or ``cpu`` for ``ranks`` ranks, or a one-line ConfigError saying what exists."""
     have = available()
     gpus, cores = have["gpus"], have["cores"]
-    if device == "cuda" or (device == "auto" and gpus >= ranks and gpus > 0):
+    # With GPUs present, "auto" means GPUs: silently simulating on CPU would mislead.
+    if device == "cuda" or (device == "auto" and gpus > 0):
         if gpus < ranks:
             raise ConfigError(
                 f"ranks={ranks} needs {ranks} GPUs but this allocation has {gpus}; allowed: "
@@ -90,7 +91,7 @@ def resolve_device(ranks: int, device: str) -> str:
     if ranks > cores:
         raise ConfigError(
             f"ranks={ranks} exceeds this allocation ({gpus} GPU(s), {cores} usable core(s)); "
-            f"allowed: 1..{max(cores, gpus)} (CPU ranks stand in for GPUs, >= 1 core each)"
+            f"allowed: 1..{cores} CPU ranks (they stand in for GPUs, >= 1 core each)"
         )
     return "cpu"
 
