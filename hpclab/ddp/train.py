@@ -228,7 +228,10 @@ def scaling_explorer(**kwargs: Any):
     from hpclab.widgets import panel
 
     view = panel(
-        "ddp", fields=("ranks", "batch_size", "model", "scaling"), accumulate=True, **kwargs
+        "ddp",
+        fields=("ranks", "batch_size", "model", "scaling", "device"),
+        accumulate=True,
+        **kwargs,
     )
     have = available()
     view.controls["ranks"].max = max(2, have["gpus"], have["cores"])
