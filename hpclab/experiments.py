@@ -17,7 +17,13 @@ from hpclab.progress import Progress
 from hpclab.results import Result
 
 # One entry per chapter topic module, in chapter order.
-TOPICS: tuple[str, ...] = ("hpclab.welcome", "hpclab.compute.experiments", "hpclab.storage.experiments", "hpclab.sgd", "hpclab.ddp")
+TOPICS: tuple[str, ...] = (
+    "hpclab.welcome",
+    "hpclab.compute.experiments",
+    "hpclab.storage.experiments",
+    "hpclab.sgd",
+    "hpclab.ddp",
+)
 
 
 @dataclass(frozen=True)
