@@ -67,7 +67,7 @@ def plot_loader(result: Result, reference: Result | None = None):
             x=[r["batch_size"] for r in sel],
             y=[r["seconds_per_100_batches"] for r in sel],
             mode="lines+markers",
-            name=f"{key[0]}, {key[1]} workers (live, {live[0]['shape'] if 'shape' in live[0] else 'this machine'})",
+            name=f"{key[0]}, {key[1]} workers (live)",
         )
     for fmt in sorted({r["format"] for r in reference.records}):
         sel = [r for r in reference.records if r["format"] == fmt]
