@@ -6,14 +6,8 @@ import pytest
 
 from hpclab.config import ConfigError
 from hpclab.progress import Progress
-from hpclab.sgd.hogwild import (
-    DEFAULT_LR,
-    HogwildConfig,
-    overlap_model,
-    run_hogwild,
-    speedup_table,
-    train_hogwild,
-)
+from hpclab.sgd.hogwild import DEFAULT_LR, overlap_model, train_hogwild
+from hpclab.sgd.hogwild_experiment import HogwildConfig, run_hogwild, speedup_table
 from hpclab.sgd.problems import make_problem, serial_sgd
 
 

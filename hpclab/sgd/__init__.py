@@ -3,7 +3,7 @@
 - :mod:`hpclab.sgd.problems`: the dense (MLP on digits) and sparse (logistic regression on
   sparse features, convex) problems, serial SGD, the optimum.
 - :mod:`hpclab.sgd.hogwild`: lock-free shared-memory SGD by several processes, and the locked
-  variant; the ``hogwild`` experiment.
+  variant; :mod:`hpclab.sgd.hogwild_experiment`: the ``hogwild`` experiment.
 - :mod:`hpclab.sgd.staleness`: versions, staleness and the stale-synchronous rule, pure.
 - :mod:`hpclab.sgd.paramserver`: servers and trainers on ``torch.distributed`` send/recv, in
   sync, async and SSP modes, and synchronous all-reduce.
@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from hpclab.experiments import Experiment
-from hpclab.sgd.hogwild import HogwildConfig, plot_hogwild, run_hogwild
+from hpclab.sgd.hogwild_experiment import HogwildConfig, plot_hogwild, run_hogwild
 from hpclab.sgd.ps_experiment import ParamServerConfig, plot_paramserver, run_paramserver
 
 EXPERIMENTS = [

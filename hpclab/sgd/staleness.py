@@ -146,3 +146,44 @@ SCRIPT: tuple[tuple[str, int], ...] = (
     ("push", 2),  # 1
 )
 SCRIPT_STALENESS: tuple[int, ...] = (0, 1, 2, 2, 1, 1)
+
+
+def script_table(events: Sequence[tuple[str, int]] = SCRIPT):
+    """The scripted interleaving as a table: each event, the shard's version after it, and the
+    staleness of each push (what the notebook shows)."""
+    import pandas as pd
+
+    shard = ParameterShard(torch.zeros(1), 0.1)
+    pulled: dict[int, int] = {}
+    rows = []
+    for kind, t in events:
+        staleness = None
+        if kind == "pull":
+            pulled[t] = shard.version
+        else:
+            staleness = apply_gradient(shard, torch.zeros(1), pulled.pop(t))
+        rows.append(
+            {
+                "event": f"trainer {t} {'pulls' if kind == 'pull' else 'pushes'}",
+                "version_after": shard.version,
+                "staleness": staleness,
+            }
+        )
+    return pd.DataFrame(rows).astype({"staleness": "Int64"})
+
+
+def ssp_table(attempts: Sequence[int], trainers: int, bounds: Sequence[int]):
+    """For each bound: the order in which the attempted pushes actually happen under SSP."""
+    import pandas as pd
+
+    rows = []
+    for b in bounds:
+        order, waiting = simulate_ssp(attempts, trainers, b)
+        rows.append(
+            {
+                "bound": b,
+                "pushes in order": " ".join(map(str, order)),
+                "still waiting": ", ".join(map(str, waiting)) or "-",
+            }
+        )
+    return pd.DataFrame(rows).set_index("bound")
