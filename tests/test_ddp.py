@@ -31,6 +31,14 @@ SPEC = TrainSpec(
 )
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _warm_parent():
+    """Import DDP's lazy dependencies once here, so forked ranks do not each pay ~1-3 s."""
+    from hpclab.ddp.train import preload
+
+    preload()
+
+
 def _params(outs):
     return [o["flat_params"] for o in outs]
 

@@ -18,8 +18,10 @@ def ddp_training(worker: Callable[..., Any], ranks: int = 2) -> CheckResult:
     import torch
 
     from hpclab.ddp import exercise as ex
+    from hpclab.ddp.train import preload
     from hpclab.dist import RankError, launch
 
+    preload()  # forked ranks inherit DDP's imports instead of paying for them each
     try:
         outs = launch(
             worker, ranks, args=(ex.STEPS, ex.PER_RANK_BATCH, ex.SEED), timeout_s=20, deadline_s=120
