@@ -49,7 +49,8 @@ def test_min_time_takes_more_samples():
 
 
 def test_calls_for():
-    assert calls_for(lambda: time.sleep(0.001), target_s=0.01) in range(2, 12)
+    # ~10 calls of 2 ms fill 20 ms; a loaded machine can only make the first call slower.
+    assert 1 <= calls_for(lambda: time.sleep(0.002), target_s=0.02) <= 10
 
 
 def test_gemm_probe_is_checked_and_positive():
