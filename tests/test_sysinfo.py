@@ -45,7 +45,7 @@ def test_clock_agrees_with_second_measurement_and_max_freq():
     second, method = clock._measure_loop_ghz(repeats=3, k=16)  # other K, uncached
     assert first and second, method
     assert abs(second - first) / first < 0.25, (first, second)
-    max_freq = clock._read("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
+    max_freq = clock.read_text("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
     if max_freq:  # kHz; acpi-cpufreq lists the base clock as max, so boost may exceed it a bit
         assert 0.25 < first / (int(max_freq) / 1e6) < 1.6, (first, max_freq)
 
@@ -82,7 +82,7 @@ def test_usable_cores_honours_affinity(monkeypatch):
 
 def test_usable_cores_honours_cgroup_quota(monkeypatch):
     fake = {"/proc/self/cgroup": "0::/job\n", "/sys/fs/cgroup/job/cpu.max": "150000 100000\n"}
-    monkeypatch.setattr(sysinfo, "_read", fake.get)
+    monkeypatch.setattr(sysinfo, "read_text", fake.get)
     assert sysinfo._cgroup_cpus() == 1  # 1.5 cores of quota: one thread, never more
     fake["/sys/fs/cgroup/job/cpu.max"] = "max 100000\n"
     assert sysinfo._cgroup_cpus() is None
@@ -98,7 +98,7 @@ def test_usable_cores_honours_cgroup_quota(monkeypatch):
     v1["/sys/fs/cgroup/cpu,cpuacct/slurm/job_1/cpu.cfs_period_us"] = "100000"
     v1["/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us"] = "-1"
     v1["/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us"] = "100000"
-    monkeypatch.setattr(sysinfo, "_read", v1.get)
+    monkeypatch.setattr(sysinfo, "read_text", v1.get)
     assert sysinfo._cgroup_mem_gb() == 2.0 and sysinfo._cgroup_cpus() == 2
 
 

@@ -141,7 +141,8 @@ def _timed(fn: Callable[[int], int], n: int) -> tuple[int, float]:
     return got, time.perf_counter() - t0
 
 
-def _read(path: str) -> str | None:
+def read_text(path: str) -> str | None:
+    """A small text file (/proc, /sys), or None when it cannot be read."""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             return f.read()
@@ -153,7 +154,7 @@ def _sysfs_ghz() -> tuple[float | None, str]:
     """cpufreq in sysfs (kHz). Missing in most VMs and containers without cpufreq."""
     base = "/sys/devices/system/cpu/cpu0/cpufreq/"
     for name in ("scaling_cur_freq", "cpuinfo_max_freq"):
-        text = _read(base + name)
+        text = read_text(base + name)
         try:
             ghz = int(text.strip()) / 1e6 if text else None
         except ValueError:
@@ -164,7 +165,7 @@ def _sysfs_ghz() -> tuple[float | None, str]:
 
 
 def _proc_cpuinfo_ghz() -> tuple[float | None, str]:
-    text = _read("/proc/cpuinfo") or ""
+    text = read_text("/proc/cpuinfo") or ""
     m = re.search(r"^cpu MHz\s*:\s*([0-9.]+)", text, re.MULTILINE)
     if m and float(m.group(1)) > 0:
         return float(m.group(1)) / 1e3, "/proc/cpuinfo 'cpu MHz' (nominal, may be the base clock)"

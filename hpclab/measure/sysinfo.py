@@ -30,7 +30,7 @@ import sys
 import tempfile
 from typing import Any
 
-from hpclab.measure.clock import measure_clock_ghz, nominal_clock_ghz
+from hpclab.measure.clock import measure_clock_ghz, nominal_clock_ghz, read_text
 from hpclab.measure.peaks import cpu_peaks, gpu_peak_tflops
 
 # Sizes ("*_gb" fields) are GiB, as `free -g`, `df -h` and nvidia-smi count them: an "80GB"
@@ -55,17 +55,9 @@ def _soft(fn, *args, default=None):  # noqa: ANN001, ANN202 - tiny internal help
         return default
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
 def cpuinfo() -> dict[str, Any]:
     """Model, vendor, family and flags of the first CPU in /proc/cpuinfo (lscpu as fallback)."""
-    text = _read("/proc/cpuinfo") or ""
+    text = read_text("/proc/cpuinfo") or ""
     first = text.split("\n\n", 1)[0]
     fields = dict(re.findall(r"^([^\t:\n]+?)\s*:\s*(.*)$", first, re.MULTILINE))
     flags = (fields.get("flags") or fields.get("Features") or "").split()
@@ -90,13 +82,13 @@ def _cgroup(controller: str, name: str) -> list[str]:
     ``controller=""`` reads cgroup v2 (line ``0::/path``); otherwise the v1 hierarchy holding
     that controller (line ``4:memory:/slurm/uid_1/job_2``), mounted at /sys/fs/cgroup/<ctrls>.
     """
-    for line in (_read("/proc/self/cgroup") or "").splitlines():
+    for line in (read_text("/proc/self/cgroup") or "").splitlines():
         _, ctrls, rel = (line.split(":", 2) + ["", ""])[:3]
         if ctrls == controller or (controller and controller in ctrls.split(",")):
             mount = "/sys/fs/cgroup" + (f"/{ctrls}" if ctrls else "")
             parts = [p for p in rel.strip().split("/") if p]
             paths = ("/".join([mount, *parts[:d], name]) for d in range(len(parts), -1, -1))
-            return [t.strip() for t in map(_read, paths) if t]
+            return [t.strip() for t in map(read_text, paths) if t]
     return []
 
 
