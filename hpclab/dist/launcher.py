@@ -124,7 +124,7 @@ def _set_parent_death_signal() -> None:
 def _child_main(
     worker: Callable[..., Any],
     ctx: RankContext,
-    store_port: int,
+    rendezvous: tuple[Any, Any],
     timeout_s: float,
     log_path: str,
     results: Any,
@@ -145,7 +145,10 @@ def _child_main(
     try:
         set_threads(ctx.threads)
         if ctx.backend != "none":
-            init_process_group(ctx, "127.0.0.1", store_port, timeout_s)
+            port, go = rendezvous  # published by the parent once every rank is forked
+            if not go.wait(timeout_s):
+                raise RuntimeError(f"no rendezvous port from the parent within {timeout_s:g} s")
+            init_process_group(ctx, "127.0.0.1", port.value, timeout_s)
         value = worker(ctx, *args, **kwargs)
         payload = pickle.dumps(value)  # fail here, in the rank, if the result cannot travel
         results.put(("result", ctx.rank, payload))
@@ -299,20 +302,8 @@ def launch(
     progress = progress or Progress()
 
     store = None
-    store_port = 0
-    if backend != "none":
-        import torch.distributed as dist
-
-        # Port 0: the OS picks a free port, and we hold it for the whole run.
-        store = dist.TCPStore(
-            "127.0.0.1",
-            0,
-            world_size=None,
-            is_master=True,
-            timeout=datetime.timedelta(seconds=timeout_s),
-            wait_for_workers=False,
-        )
-        store_port = store.port
+    # The store's port reaches the ranks through these, after all of them are forked: see below.
+    rendezvous = (mpctx.Value("i", 0), mpctx.Event())
 
     logdir = tempfile.mkdtemp(prefix="hpclab-ranks-")
     results_q = mpctx.Queue()
@@ -327,11 +318,29 @@ def launch(
             log_path = os.path.join(logdir, f"rank{rank}.log")
             p = mpctx.Process(
                 target=_child_main,
-                args=(worker, ctx, store_port, timeout_s, log_path, results_q, args, kwargs or {}),
+                args=(worker, ctx, rendezvous, timeout_s, log_path, results_q, args, kwargs or {}),
                 name=f"hpclab-rank{rank}",
             )
             procs.append(p)
         release = _start(procs, start_method)
+        if backend != "none":
+            # The store is created only now, after the last fork. Its server thread resolves
+            # the names of connecting ranks (getnameinfo); a rank forked while that thread held
+            # glibc's resolver lock inherits the lock held and hangs in its own first lookup
+            # (seen here: 1 launch in ~20 with 4 ranks under load).
+            import torch.distributed as dist
+
+            # Port 0: the OS picks a free port, and we hold it for the whole run.
+            store = dist.TCPStore(
+                "127.0.0.1",
+                0,
+                world_size=None,
+                is_master=True,
+                timeout=datetime.timedelta(seconds=timeout_s),
+                wait_for_workers=False,
+            )
+            rendezvous[0].value = store.port
+            rendezvous[1].set()
 
         dead_since: dict[int, float] = {}
         while len(done) < world_size:
