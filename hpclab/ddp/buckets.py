@@ -4,7 +4,8 @@ Horovod's "tensor fusion" (seed 001) and DDP's ``bucket_cap_mb`` are one idea: e
 all-reduce pays a latency ``alpha`` however small it is, so many small gradient tensors are
 copied into a few big buckets and reduced together. One bucket per tensor pays ``alpha`` per
 tensor; one huge bucket cannot start until the whole backward pass is done (no overlap).
-DDP's default, 25 MB, sits between.
+DDP's default, 25 MB (plus a small 1 MiB first bucket, so the last layers' gradients can start
+reducing while backward goes on), sits between.
 
 The sweep builds a DDP replica per cap in one launch and interleaves the caps round by round,
 so a busy machine slows all of them alike. Model ``deep`` (24 layers, 48 tensors) makes the

@@ -29,6 +29,7 @@ from hpclab.measure.timing import time_fn
 from hpclab.train import make_model, parameter_count, synthetic_images, train_step
 
 MODELS = ("tiny", "large", "deep")
+DDP_DEFAULT_MB = 25.0  # torch.nn.parallel.DistributedDataParallel's bucket_cap_mb default
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,9 @@ def wrap(ctx: RankContext, model: nn.Module, bucket_cap_mb: float) -> nn.Module:
     device_ids = [torch.device(ctx.device).index] if ctx.device.startswith("cuda") else None
     # A cap of ~1 byte puts every parameter tensor in its own bucket (no fusion at all).
     cap = bucket_cap_mb if bucket_cap_mb > 0 else 1e-6
-    return DDP(model, device_ids=device_ids, bucket_cap_mb=cap)
+    # 25 is DDP's default: pass None to keep the default's small (1 MiB) first bucket too, which
+    # lets the last layers' gradients start reducing early; an explicit 25 would drop it.
+    return DDP(model, device_ids=device_ids, bucket_cap_mb=None if cap == DDP_DEFAULT_MB else cap)
 
 
 def flat_params(model: nn.Module) -> torch.Tensor:
