@@ -21,7 +21,7 @@ from hpclab.ddp.allreduce import algbw_gbps, busbw_gbps, measure
 from hpclab.dist import RankContext, launch
 
 SIZES = (2**20, 16 * 2**20, 64 * 2**20)
-RANKS, REPEAT, ROUNDS = 2, 10, 5
+RANKS, REPEAT, ROUNDS = 2, 20, 7
 
 
 def plain_loop(ctx: RankContext, sizes: tuple[int, ...], repeat: int) -> list[float]:

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-MODEL, BATCH, STEPS, WARMUP, ROUNDS = "large", 64, 30, 5, 4
+MODEL, BATCH, STEPS, WARMUP, ROUNDS = "large", 64, 40, 5, 6
 HERE = Path(__file__).resolve().parent
 
 
