@@ -7,7 +7,7 @@ import pytest
 from hpclab.config import ConfigError
 from hpclab.progress import Progress
 from hpclab.sgd.hogwild import DEFAULT_LR, overlap_model, train_hogwild
-from hpclab.sgd.hogwild_experiment import HogwildConfig, run_hogwild, speedup_table
+from hpclab.sgd.hogwild_experiment import HogwildConfig, plot_hogwild, run_hogwild, speedup_table
 from hpclab.sgd.problems import make_problem, serial_sgd
 
 
@@ -44,6 +44,8 @@ def test_dense_model_keeps_serial_accuracy():
     curves = [r for r in res.records if r["kind"] == "curve" and r["variant"] == "hogwild"]
     assert curves[-1]["update"] == 1500  # the merged curve counts every worker's updates
     assert curves[-1]["loss_smoothed"] < curves[0]["loss_smoothed"]
+    fig = plot_hogwild(res + res)  # accumulated runs: 2 runs x 2 variants x 2 panels
+    assert len(fig.data) == 8 and fig.data[0].x[-1] > 0
 
 
 def test_overlap_model():

@@ -15,7 +15,12 @@ from hpclab.dist import RankError
 from hpclab.progress import Progress
 from hpclab.sgd.paramserver import Plan, final_params, initial_params, train_paramserver
 from hpclab.sgd.problems import flat_params, make_problem, serial_sgd
-from hpclab.sgd.ps_experiment import ParamServerConfig, run_paramserver, summary_table
+from hpclab.sgd.ps_experiment import (
+    ParamServerConfig,
+    plot_paramserver,
+    run_paramserver,
+    summary_table,
+)
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +57,8 @@ def test_async_is_stale_but_reaches_serial_loss_on_the_convex_problem(sparse):
     assert 0 < row["server_busy_fraction"] <= 1
     hist = [r for r in res.records if r["kind"] == "staleness"]
     assert sum(h["count"] for h in hist) == 800
+    fig = plot_paramserver(res)  # 2 loss panels + histogram + 3 scaling panels
+    assert len(fig.data) == 6
 
 
 def test_ssp_bound_zero_limits_staleness(dense):
