@@ -2,9 +2,9 @@
 
 Both run on 2 gloo ranks at 1, 16 and 64 MiB, interleaved round by round. hpclab's figure is
 what ``hpclab run allreduce`` reports (``measure``: correctness check, warm-up, time_fn's median
-of samples, slowest rank); the plain loop is what people write by hand: two warm-up calls, then
-one perf_counter around ``REPEAT`` calls. Each side keeps its least-disturbed round (its
-fastest: on a shared machine, load only ever adds time). The goal: hpclab's algbw within 10% of
+of samples, slowest rank); the plain loop is what people write by hand: five warm-up calls
+(nccl-tests' default), then one perf_counter around ``REPEAT`` calls. Each side keeps its
+least-disturbed round (its fastest: on a shared machine, load only ever adds time). The goal: hpclab's algbw within 10% of
 the plain loop's at every size. Also prints the algbw/busbw curve.
 
 Usage: python benchmarks/allreduce.py   (no arguments, ~1 minute on 2 cores)
@@ -30,8 +30,8 @@ def plain_loop(ctx: RankContext, sizes: tuple[int, ...], repeat: int) -> list[fl
     out = []
     for nbytes in sizes:
         buf = torch.zeros(nbytes // 4)
-        dist.all_reduce(buf)
-        dist.all_reduce(buf)
+        for _ in range(5):  # nccl-tests' default warm-up count
+            dist.all_reduce(buf)
         t0 = time.perf_counter()
         for _ in range(repeat):
             dist.all_reduce(buf)
