@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import statistics
 import sys
+import time
 
+from hpclab.dist import launch
 from hpclab.sgd.hogwild import DEFAULT_LR, train_hogwild
 from hpclab.sgd.problems import make_problem
 
@@ -36,8 +38,25 @@ def measure(model: str) -> tuple[float, float, float]:
     return s / p, gap, p
 
 
+def _spin(ctx) -> float:
+    t = time.monotonic()
+    x = 0
+    for i in range(2_000_000):
+        x += i
+    return time.monotonic() - t
+
+
+def free_cores_ratio() -> float:
+    """Pure-Python spin in 2 processes vs 1: ~1.0 when two cores are free, ~2.0 when a
+    neighbour holds one of them (then no 2-process speed-up is possible)."""
+    one = launch(_spin, 1, backend="none")[0]
+    return max(launch(_spin, 2, backend="none")) / one
+
+
 def main() -> int:
     try:
+        busy = free_cores_ratio()
+        print(f"machine: 2-process/1-process spin time {busy:.2f} (1.0 = 2 free cores)")
         dense_speedup, dense_gap, _ = measure("dense")
         sparse_speedup, sparse_gap, _ = measure("sparse")
     except Exception as exc:  # noqa: BLE001 - the benchmark reports, it does not crash
