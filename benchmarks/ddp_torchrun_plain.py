@@ -50,6 +50,8 @@ def main() -> None:
         epoch += 1
     if rank == 0:
         print(json.dumps({"step_s": statistics.median(times[warmup:]), "steps": steps}))
+    # Leave together: a rank tearing down gloo while its peer still talks can abort (SIGABRT).
+    dist.barrier()
     dist.destroy_process_group()
 
 
