@@ -99,7 +99,10 @@ def _stage(method: str, shared: dict[str, Path], dest: Path, fs: SimulatedShared
     if method == "tar":
         total = fs.copy(shared["tar"], dest / "data.tar")
         with tarfile.open(dest / "data.tar") as t:  # unpack on the fast local disk
-            t.extractall(dest, filter="data")
+            # filter="data" refuses absolute paths and links out of dest (PEP 706); Pythons
+            # before 3.11.4 (e.g. Debian 12's 3.11.2) lack it, and this tar is our own.
+            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            t.extractall(dest, **safe)
         return total
     return sum(
         fs.copy(p, dest / p.name) for p in sorted(shared["lmdb"].iterdir()) if p.name != "lock.mdb"
