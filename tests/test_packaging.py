@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import tomllib
+import pytest
+
+tomllib = pytest.importorskip("tomllib")  # Python >= 3.11; the library itself needs 3.10
 
 ROOT = Path(__file__).resolve().parents[1]
 
