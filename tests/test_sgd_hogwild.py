@@ -72,3 +72,10 @@ def test_bad_input_is_refused_in_one_line(params, words):
     assert "\n" not in text
     for w in words:
         assert w in text
+
+
+def test_overlap_table_follows_the_formula():
+    from hpclab.sgd.hogwild import overlap_table
+
+    table = overlap_table((("dense", 2, 32, 0), ("sparse", 2, 32, 10), ("sparse", 1, 32, 10)), 2000)
+    assert table["overlap"].tolist() == [1.0, round(1 - (1 - 1 / 2000) ** 320, 3), 0.0]

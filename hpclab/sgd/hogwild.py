@@ -120,6 +120,33 @@ def overlap_model(problem: str, workers: int, batch: int, nnz: int, features: in
     return 1.0 - (1.0 - 1.0 / features) ** (batch * nnz * (workers - 1))
 
 
+# Cases the chapter tabulates: a dense model always collides; sparse ones rarely, unless the
+# batch or the number of non-zeros per sample or of workers grows.
+OVERLAP_CASES = (
+    ("dense", 2, 32, 0),
+    ("sparse", 2, 32, 10),
+    ("sparse", 4, 32, 10),
+    ("sparse", 2, 1, 10),
+    ("sparse", 2, 32, 1),
+)
+
+
+def overlap_table(cases=OVERLAP_CASES, features: int = 2000):
+    """:func:`overlap_model` for (problem, workers, batch, nnz) cases, as a DataFrame."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        {
+            "model": problem,
+            "workers": workers,
+            "batch": batch,
+            "nnz": nnz,
+            "overlap": round(overlap_model(problem, workers, batch, nnz, features), 3),
+        }
+        for problem, workers, batch, nnz in cases
+    )
+
+
 def prewarm(problem: Problem) -> None:
     """One throwaway SGD step in the parent before forking: the first optimizer in a process
     imports ``torch._dynamo`` lazily (~1 s here, several seconds on a busy node); forked

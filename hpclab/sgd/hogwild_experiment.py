@@ -193,3 +193,25 @@ def speedup_table(result: Result):
 
     rows = [r for r in result.records if r.get("kind") == "summary"]
     return pd.DataFrame(rows).drop(columns=["kind", "tier"], errors="ignore")
+
+
+def oversubscription_sweep(
+    layouts: tuple[tuple[int, int], ...] = ((1, 1), (2, 1), (1, 2), (2, 2), (4, 1)),
+    model: str = "dense",
+    progress: Progress | None = None,
+):
+    """One Hogwild run per (workers, threads) layout, one summary row each: processes x threads
+    beyond the usable cores (``oversubscribed``) cost time instead of buying it."""
+    import pandas as pd
+
+    from hpclab import experiments
+
+    rows = []
+    for workers, threads in layouts:
+        r = experiments.run(
+            "hogwild", progress, model=model, workers=workers, threads=threads, serial=False
+        )
+        rows.append(speedup_table(r).iloc[-1])
+    return pd.DataFrame(rows)[
+        ["workers", "threads", "oversubscribed", "wall_s", "updates_per_s", "accuracy"]
+    ]
