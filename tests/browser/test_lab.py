@@ -198,6 +198,23 @@ def _fmt(value: str | None) -> str:
     return str(int(f)) if f.is_integer() else value
 
 
+def _open_run_all_and_check(page, server, rel: str, timings: dict, t0: float) -> list[str]:
+    """Open the notebook, Run All, and check: every cell ran, no traceback in any output, a
+    widget and a plotly plot rendered. Returns the cells' prompts."""
+    page.goto(server.url(f"/lab/tree/{rel}"), wait_until="domcontentloaded")
+    page.wait_for_selector(f"{NOTEBOOK_PANEL} .jp-Notebook", timeout=60_000)
+    _wait_kernel_idle(page, KERNEL_IDLE_TIMEOUT_S)
+    timings["lab_ready_s"] = time.monotonic() - t0
+    _run_all(page)
+    prompts = _wait_all_executed(page, RUN_ALL_TIMEOUT_S)
+    timings["run_all_s"] = time.monotonic() - t0
+    errors = _error_outputs(page)
+    assert not errors, "an output shows an error:\n" + "\n---\n".join(errors)
+    assert page.locator(WIDGET).count() > 0, "no ipywidgets widget rendered"
+    page.wait_for_selector(f"{PLOT} .main-svg", state="attached", timeout=30_000)
+    return prompts
+
+
 @pytest.mark.parametrize("notebook", list(_params()))
 def test_run_all_and_interact(
     notebook: Path, lab_factory, chromium_browser, save_artifacts, request
@@ -211,19 +228,7 @@ def test_run_all_and_interact(
     page.on("pageerror", lambda e: console.append(f"[pageerror] {e}"))
     timings: dict[str, float] = {}
     try:
-        page.goto(server.url(f"/lab/tree/{rel}"), wait_until="domcontentloaded")
-        page.wait_for_selector(f"{NOTEBOOK_PANEL} .jp-Notebook", timeout=60_000)
-        _wait_kernel_idle(page, KERNEL_IDLE_TIMEOUT_S)
-        timings["lab_ready_s"] = time.monotonic() - t0
-
-        _run_all(page)
-        prompts = _wait_all_executed(page, RUN_ALL_TIMEOUT_S)
-        timings["run_all_s"] = time.monotonic() - t0
-
-        errors = _error_outputs(page)
-        assert not errors, "an output shows an error:\n" + "\n---\n".join(errors)
-        assert page.locator(WIDGET).count() > 0, "no ipywidgets widget rendered"
-        page.wait_for_selector(f"{PLOT} .main-svg", state="attached", timeout=30_000)
+        prompts = _open_run_all_and_check(page, server, rel, timings, t0)
 
         assert page.locator(CONTROL).count() > 0, (
             f"{rel}: no widget with CSS class 'hpclab-control' (convention: the notebook's "
@@ -250,6 +255,33 @@ def test_run_all_and_interact(
         assert not errors, "the control's callback raised:\n" + "\n---\n".join(errors)
         timings["total_s"] = time.monotonic() - t0
         print(f"{rel}: {len(prompts)} code cells; {action}; plot {figure!r}; timings {timings}")
+    except BaseException:
+        out = save_artifacts(request.node.nodeid, page=page, server=server, console=console)
+        print(f"artifacts saved to {out}")
+        raise
+    finally:
+        context.close()
+
+
+CHAPTERS = sorted(p for p in (REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb") if p != NOTEBOOK)
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
+def test_every_chapter_runs_clean_in_the_browser(
+    notebook: Path, lab_factory, chromium_browser, save_artifacts, request
+):
+    """Every other chapter, as a student opens it: Run All in JupyterLab, no traceback in any
+    output, its widgets and plotly figures render."""
+    t0 = time.monotonic()
+    server, rel = lab_factory(notebook)
+    context = chromium_browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    console: list[str] = []
+    page.on("console", lambda m: console.append(f"[{m.type}] {m.text}"))
+    timings: dict[str, float] = {}
+    try:
+        prompts = _open_run_all_and_check(page, server, rel, timings, t0)
+        print(f"{rel}: {len(prompts)} code cells; timings {timings}")
     except BaseException:
         out = save_artifacts(request.node.nodeid, page=page, server=server, console=console)
         print(f"artifacts saved to {out}")
