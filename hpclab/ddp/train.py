@@ -83,9 +83,10 @@ def resolve_device(ranks: int, device: str) -> str:
     # With GPUs present, "auto" means GPUs: silently simulating on CPU would mislead.
     if device == "cuda" or (device == "auto" and gpus > 0):
         if gpus < ranks:
+            on_gpus = f"ranks 1..{gpus}, or " if gpus else ""
             raise ConfigError(
                 f"ranks={ranks} needs {ranks} GPUs but this allocation has {gpus}; allowed: "
-                f"1..{max(gpus, 1)}, or device=cpu to simulate the ranks as CPU processes (gloo)"
+                f"{on_gpus}device=cpu to simulate the ranks as CPU processes (gloo)"
             )
         return "cuda"
     if ranks > cores:
