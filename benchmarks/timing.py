@@ -12,11 +12,11 @@ Usage: python benchmarks/timing.py   (no arguments, < 1 minute on 2 cores)
 from __future__ import annotations
 
 import sys
-import time
 
 import torch
+from gemm import plain_best_gflops  # benchmarks/gemm.py: the hand-written loop, shared
 
-from hpclab.compute.gemm import gemm_flops, time_gemm
+from hpclab.compute.gemm import time_gemm
 
 SIZE = 2048
 ROUNDS = 5
@@ -24,24 +24,11 @@ REPEAT = 5
 GOAL = 0.95
 
 
-def plain_best_of(size: int, repeat: int) -> float:
-    """The loop people write by hand: best wall time of `repeat` calls, in GFLOP/s."""
-    a = torch.randn(size, size)
-    b = torch.randn(size, size)
-    torch.mm(a, b)  # one warm-up call
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        torch.mm(a, b)
-        best = min(best, time.perf_counter() - t0)
-    return gemm_flops(size, size, size) / best / 1e9
-
-
 def main() -> int:
     harness, plain = [], []
     for _ in range(ROUNDS):
         harness.append(time_gemm(SIZE, "fp32", "cpu", repeat=REPEAT).gflops)
-        plain.append(plain_best_of(SIZE, REPEAT))
+        plain.append(plain_best_gflops(SIZE, REPEAT))
     if not harness or not plain or min(plain) <= 0:
         print("timing: could not measure")
         return 1
