@@ -38,6 +38,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from hpclab.dist.reap import kill_tree
 from hpclab.dist.context import RankContext, destroy_process_group, init_process_group, set_threads
 from hpclab.progress import Progress
 
@@ -167,31 +168,8 @@ def _child_main(
 
 
 def _kill_tree(procs: list[Any]) -> None:
-    """Stop every rank and everything it started; wait until they are gone."""
-    import psutil
-
-    victims = []
-    for p in procs:
-        if p.pid is None:
-            continue
-        try:
-            parent = psutil.Process(p.pid)
-            victims.extend(parent.children(recursive=True))
-            victims.append(parent)
-        except psutil.NoSuchProcess:
-            pass
-    for v in victims:
-        try:
-            v.terminate()
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(victims, timeout=2.0)
-    for v in alive:
-        try:
-            v.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(alive, timeout=2.0)
+    """Stop every rank and everything it started (e.g. DataLoader workers); reap them."""
+    kill_tree([p.pid for p in procs if p.pid is not None])
     for p in procs:
         p.join(timeout=1.0)
 

@@ -21,6 +21,7 @@ from hpclab.sgd.hogwild import (
     train_hogwild,
     usable_cores,
 )
+from hpclab.sgd.plots import add_loss_curves
 from hpclab.sgd.problems import PROBLEMS, make_problem
 
 # "Reached" losses for the time-to-target figure: about what serial SGD reaches in a third of
@@ -147,18 +148,7 @@ def plot_hogwild(result: Result):
     summaries = [r for r in result.records if r.get("kind") == "summary"]
     for k, s in enumerate(summaries):
         name = f"{s['variant']} {s['workers']}x{s['threads']} ({s['model']})"
-        pts = _curves_of(result.records, k)
-        for col, xkey in ((1, "time_s"), (2, "update")):
-            fig.add_scatter(
-                x=[p[xkey] for p in pts],
-                y=[p["loss_smoothed"] for p in pts],
-                mode="lines",
-                name=name,
-                legendgroup=name,
-                showlegend=col == 1,
-                row=1,
-                col=col,
-            )
+        add_loss_curves(fig, _curves_of(result.records, k), name)
     fig.update_xaxes(title_text="seconds", row=1, col=1)
     fig.update_xaxes(title_text="updates (all workers)", row=1, col=2)
     fig.update_yaxes(title_text="smoothed minibatch loss", type="log", row=1, col=1)

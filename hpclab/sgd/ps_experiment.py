@@ -17,6 +17,7 @@ from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 from hpclab.sgd.hogwild import DEFAULT_LR, OVERSUBSCRIBE_LIMIT, usable_cores
 from hpclab.sgd.paramserver import MODES, Plan, initial_params, train_paramserver, trained_model
+from hpclab.sgd.plots import add_loss_curves
 from hpclab.sgd.problems import PROBLEMS, make_problem
 
 
@@ -169,17 +170,7 @@ def plot_paramserver(result: Result):
     )
     for s, curve, hist in runs(result):
         name = _label(s)
-        for col, key in ((1, "time_s"), (2, "update")):
-            fig.add_scatter(
-                x=[c[key] for c in curve],
-                y=[c["loss_smoothed"] for c in curve],
-                mode="lines",
-                name=name,
-                legendgroup=name,
-                showlegend=col == 1,
-                row=1,
-                col=col,
-            )
+        add_loss_curves(fig, curve, name)
         total = sum(h["count"] for h in hist) or 1
         fig.add_bar(
             x=[h["staleness"] for h in hist],

@@ -167,25 +167,9 @@ def _wait_ready(server: LabServer, timeout: float) -> None:
 
 def kill_tree(proc: subprocess.Popen) -> None:
     """Stop the server and every process under it (kernels run in their own sessions)."""
-    import psutil
+    from hpclab.dist.reap import kill_tree as reap
 
-    try:
-        parent = psutil.Process(proc.pid)
-        procs = [parent, *parent.children(recursive=True)]  # snapshot before anyone reparents
-    except psutil.NoSuchProcess:
-        procs = []
-    for p in procs:
-        try:
-            p.terminate()
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=5)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(alive, timeout=5)
+    reap([proc.pid], grace_s=5)
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
