@@ -142,7 +142,7 @@ def _root(info: dict[str, Any]) -> Check:
 
 
 def _port(info: dict[str, Any]) -> Check:
-    # Ranks rendezvous on a free loopback port chosen per run (port 0 lets the kernel choose).
+    # gloo ranks connect over loopback TCP on ports the kernel chooses (port 0).
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))
@@ -152,7 +152,7 @@ def _port(info: dict[str, Any]) -> Check:
         return Check(
             "port",
             "fail",
-            f"cannot listen on 127.0.0.1 ({exc}): ranks cannot rendezvous",
+            f"cannot listen on 127.0.0.1 ({exc}): gloo ranks cannot connect",
             "check that the loopback interface is up and not firewalled",
         )
     return Check("port", "ok", f"can listen on 127.0.0.1 (got free port {port})")

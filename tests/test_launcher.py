@@ -170,6 +170,15 @@ def test_two_launches_at_once_do_not_collide():
     assert [o["sum"] for o in results[2]] == [5.0, 5.0]
 
 
+def test_back_to_back_launches_all_rendezvous_quickly():
+    # With a TCPStore rendezvous, 1 launch in ~20 stalled here (reverse DNS of the peer in the
+    # store's server): 20 launches with a 3 s timeout would then fail more often than not.
+    for key in range(20):
+        assert [o["sum"] for o in launch(_sum_ranks, 2, args=(key,), timeout_s=3)] == [
+            float(2 * key + 1)
+        ] * 2
+
+
 def test_single_rank_needs_no_process_group():
     def probe(ctx):
         return (ctx.backend, ctx.distributed, dist.is_initialized())

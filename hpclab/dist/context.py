@@ -61,14 +61,13 @@ class RankContext:
         return tensor
 
 
-def init_process_group(
-    ctx: RankContext, store_host: str, store_port: int, timeout_s: float
-) -> None:
-    """Join the run's process group through the parent's TCPStore (no fixed port anywhere)."""
+def init_process_group(ctx: RankContext, store_path: str, timeout_s: float) -> None:
+    """Join the run's process group through the run's ``FileStore`` (no port, no name lookup)."""
     import torch.distributed as dist
 
     timeout = datetime.timedelta(seconds=timeout_s)
-    store = dist.TCPStore(store_host, store_port, world_size=None, is_master=False, timeout=timeout)
+    store = dist.FileStore(store_path, ctx.world_size)
+    store.set_timeout(timeout)
     prefixed = dist.PrefixStore("hpclab", store)
     kwargs: dict[str, Any] = {}
     if ctx.backend == "nccl":

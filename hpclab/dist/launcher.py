@@ -2,9 +2,13 @@
 
 The contract (DESIGN.md, "Launching ranks"), and how it is kept:
 
-- **No fixed port.** The parent opens a ``TCPStore`` on 127.0.0.1 port 0: the kernel picks a
-  free port and the parent *holds* it while the ranks join, so two launches on one node (two
-  students, or two cells) cannot race for the same port.
+- **No fixed port.** Ranks meet through a ``FileStore`` in the run's own temporary directory:
+  no port to choose, so two launches on one node (two students, or two cells) cannot collide.
+  gloo then connects the ranks over loopback on ports the kernel picks. A file, not a
+  ``TCPStore``, also keeps name resolution out of the rendezvous: PyTorch's TCP store looks up
+  the host name of every connecting peer (``::ffff:127.0.0.1``), and where DNS drops a query that
+  lookup blocks the store for 5 s (seen on the sandboxes this course is tested on: about one
+  lookup in a hundred, enough to fail one 2-rank launch in twenty).
 - **Backend.** NCCL when each rank owns a GPU, gloo otherwise; one rank with ``backend="auto"``
   runs without a process group at all, and ``backend="none"`` asks for that with any number of
   ranks (independent processes sharing tensors, e.g. Hogwild in chapter 05).
@@ -24,7 +28,6 @@ The contract (DESIGN.md, "Launching ranks"), and how it is kept:
 from __future__ import annotations
 
 import ctypes
-import datetime
 import os
 import pickle
 import queue as queue_mod
@@ -38,8 +41,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from hpclab.dist.reap import kill_tree
 from hpclab.dist.context import RankContext, destroy_process_group, init_process_group, set_threads
+from hpclab.dist.reap import kill_tree
 from hpclab.progress import Progress
 
 
@@ -125,7 +128,7 @@ def _set_parent_death_signal() -> None:
 def _child_main(
     worker: Callable[..., Any],
     ctx: RankContext,
-    rendezvous: tuple[Any, Any],
+    store_path: str,
     timeout_s: float,
     log_path: str,
     results: Any,
@@ -146,10 +149,7 @@ def _child_main(
     try:
         set_threads(ctx.threads)
         if ctx.backend != "none":
-            port, go = rendezvous  # published by the parent once every rank is forked
-            if not go.wait(timeout_s):
-                raise RuntimeError(f"no rendezvous port from the parent within {timeout_s:g} s")
-            init_process_group(ctx, "127.0.0.1", port.value, timeout_s)
+            init_process_group(ctx, store_path, timeout_s)
         value = worker(ctx, *args, **kwargs)
         payload = pickle.dumps(value)  # fail here, in the rank, if the result cannot travel
         results.put(("result", ctx.rank, payload))
@@ -279,11 +279,8 @@ def launch(
     mpctx = mp.get_context(start_method)
     progress = progress or Progress()
 
-    store = None
-    # The store's port reaches the ranks through these, after all of them are forked: see below.
-    rendezvous = (mpctx.Value("i", 0), mpctx.Event())
-
     logdir = tempfile.mkdtemp(prefix="hpclab-ranks-")
+    store_path = os.path.join(logdir, "store")
     results_q = mpctx.Queue()
     procs: list[Any] = []
     release: threading.Event | None = None
@@ -296,29 +293,11 @@ def launch(
             log_path = os.path.join(logdir, f"rank{rank}.log")
             p = mpctx.Process(
                 target=_child_main,
-                args=(worker, ctx, rendezvous, timeout_s, log_path, results_q, args, kwargs or {}),
+                args=(worker, ctx, store_path, timeout_s, log_path, results_q, args, kwargs or {}),
                 name=f"hpclab-rank{rank}",
             )
             procs.append(p)
         release = _start(procs, start_method)
-        if backend != "none":
-            # The store is created only now, after the last fork. Its server thread resolves
-            # the names of connecting ranks (getnameinfo); a rank forked while that thread held
-            # glibc's resolver lock inherits the lock held and hangs in its own first lookup
-            # (seen here: 1 launch in ~20 with 4 ranks under load).
-            import torch.distributed as dist
-
-            # Port 0: the OS picks a free port, and we hold it for the whole run.
-            store = dist.TCPStore(
-                "127.0.0.1",
-                0,
-                world_size=None,
-                is_master=True,
-                timeout=datetime.timedelta(seconds=timeout_s),
-                wait_for_workers=False,
-            )
-            rendezvous[0].value = store.port
-            rendezvous[1].set()
 
         dead_since: dict[int, float] = {}
         while len(done) < world_size:
@@ -376,4 +355,3 @@ def launch(
         results_q.close()
         results_q.cancel_join_thread()
         shutil.rmtree(logdir, ignore_errors=True)
-        del store
