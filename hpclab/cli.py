@@ -89,16 +89,23 @@ def _cmd_run(argv: list[str]) -> int:
     head.add_argument("--list", action="store_true")
     head.add_argument("-h", "--help", action="store_true")
     known, rest = head.parse_known_args(argv)
-    registry = experiments.registry()
     if known.list or not known.name:
         if known.name is None and not known.list and not known.help:
             _fail("hpclab run needs an experiment name; try `hpclab run --list`")
+        registry = experiments.registry()
         for name, exp in sorted(registry.items(), key=lambda kv: (kv[1].chapter, kv[0])):
             print(f"{name:<20} ch{exp.chapter}  {exp.help}")
+        for module, reason in experiments.unavailable().items():
+            print(
+                f"{module} did not load ({reason}); its experiments are missing: "
+                "reinstall with `pip install -e .`",
+                file=sys.stderr,
+            )
         return 0
-    if known.name not in registry:
-        _fail(f"unknown experiment {known.name!r}; known: {', '.join(sorted(registry))}")
-    exp = registry[known.name]
+    try:
+        exp = experiments.get(known.name)
+    except ConfigError as err:
+        _fail(str(err))
     parser = _Parser(prog=f"hpclab run {exp.name}", description=exp.help)
     _add_config_flags(parser, exp.config)
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")

@@ -36,22 +36,44 @@ class Experiment:
     plot: Callable[[Result], Any] | None = None  # plot(result) -> plotly Figure
 
 
-def registry() -> dict[str, Experiment]:
-    """All experiments by name (imports the topic modules on first use)."""
+def _scan() -> tuple[dict[str, Experiment], dict[str, str]]:
+    """Experiments by name, and the topic modules that could not be imported (with why).
+
+    A topic whose import fails (a package missing from a cluster's environment, say ``lmdb``)
+    takes only its own experiments away; the others still list and run.
+    """
     out: dict[str, Experiment] = {}
+    broken: dict[str, str] = {}
     for module_name in TOPICS:
-        module = importlib.import_module(module_name)
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            broken[module_name] = f"{type(exc).__name__}: {exc}"
+            continue
         for exp in getattr(module, "EXPERIMENTS", ()):
             if exp.name in out:
                 raise RuntimeError(f"experiment {exp.name!r} is registered twice")
             out[exp.name] = exp
-    return out
+    return out, broken
+
+
+def registry() -> dict[str, Experiment]:
+    """All experiments that can run here, by name (imports the topic modules on first use)."""
+    return _scan()[0]
+
+
+def unavailable() -> dict[str, str]:
+    """Topic modules that failed to import, with a one-line reason each (empty when all load)."""
+    return _scan()[1]
 
 
 def get(name: str) -> Experiment:
-    experiments = registry()
+    experiments, broken = _scan()
     if name not in experiments:
-        raise ConfigError(f"unknown experiment {name!r}; known: {', '.join(sorted(experiments))}")
+        why = "".join(f"; {module} did not load ({reason})" for module, reason in broken.items())
+        raise ConfigError(
+            f"unknown experiment {name!r}; known: {', '.join(sorted(experiments))}{why}"
+        )
     return experiments[name]
 
 

@@ -119,3 +119,28 @@ def test_exercises_check_names_stale_file(tmp_path):
         ).returncode
         == 0
     )
+
+
+def test_a_topic_that_cannot_import_takes_only_its_own_experiments(monkeypatch, capsys):
+    from hpclab import cli, experiments
+
+    # A chapter whose dependency is missing on this machine (e.g. lmdb on a cluster).
+    monkeypatch.setattr(experiments, "TOPICS", (*experiments.TOPICS, "hpclab.no_such_topic"))
+    assert "hardware" in experiments.registry()
+    assert list(experiments.unavailable()) == ["hpclab.no_such_topic"]
+    assert (
+        "No module named 'hpclab.no_such_topic'"
+        in experiments.unavailable()["hpclab.no_such_topic"]
+    )
+
+    assert cli.main(["run", "--list"]) == 0
+    out, err = capsys.readouterr()
+    assert "hardware" in out and "no_such_topic" not in out
+    assert err.count("\n") == 1 and "hpclab.no_such_topic did not load" in err
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["run", "nosuch"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "unknown experiment 'nosuch'" in err and "hpclab.no_such_topic did not load" in err
