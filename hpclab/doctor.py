@@ -12,6 +12,7 @@ import importlib.util
 import os
 import socket
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -158,6 +159,35 @@ def _port(info: dict[str, Any]) -> Check:
     return Check("port", "ok", f"can listen on 127.0.0.1 (got free port {port})")
 
 
+def _reverse_dns(
+    info: dict[str, Any], lookup: Callable[..., Any] = socket.getnameinfo, budget_s: float = 1.0
+) -> Check:
+    # PyTorch's TCPStore (torchrun, chapters 06-07) looks up the host name of every peer that
+    # connects, as ::ffff:127.0.0.1 on one node. Where DNS drops or blocks such queries each
+    # connection stalls 5 s, and a rendezvous with a short timeout fails. hpclab's own launcher
+    # meets through a file and does not care; torchrun and srun-started jobs do.
+    done = threading.Event()
+
+    def probe() -> None:
+        try:
+            lookup(("::ffff:127.0.0.1", 0, 0, 0), 0)
+        except OSError:
+            pass
+        done.set()
+
+    threading.Thread(target=probe, name="hpclab-doctor-dns", daemon=True).start()
+    if not done.wait(budget_s):
+        return Check(
+            "reverse_dns",
+            "warn",
+            f"looking up the name of ::ffff:127.0.0.1 took over {budget_s:g} s: torchrun's "
+            "rendezvous will stall (hpclab's launcher is not affected)",
+            "ask your admins about DNS on compute nodes; meanwhile give torchrun a long "
+            "--rdzv-conf timeout",
+        )
+    return Check("reverse_dns", "ok", "loopback name lookup answers quickly")
+
+
 def results_dir() -> str:
     """The directory of the results store (``hpclab.results.store_path``'s parent)."""
     from hpclab.results import store_path  # one rule for $HPCLAB_RESULTS: file or directory
@@ -231,6 +261,7 @@ CHECKS: tuple[Callable[[dict[str, Any]], Check], ...] = (
     _scratch,
     _root,
     _port,
+    _reverse_dns,
     _results,
     _clock,
     _packages,

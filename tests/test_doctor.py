@@ -81,6 +81,24 @@ def test_port_check_passes_here():
     assert c.level == "ok" and "127.0.0.1" in c.message
 
 
+def test_slow_reverse_dns_warns_within_its_budget():
+    import time
+
+    def stuck(*_):
+        time.sleep(2)
+
+    t0 = time.monotonic()
+    c = doctor._reverse_dns({}, lookup=stuck, budget_s=0.2)
+    assert time.monotonic() - t0 < 1.5
+    assert c.level == "warn" and "torchrun" in c.message and "0.2 s" in c.message
+    assert doctor._reverse_dns({}, lookup=lambda *_: ("localhost", "0")).level == "ok"
+
+    def refused(*_):
+        raise OSError("no name")
+
+    assert doctor._reverse_dns({}, lookup=refused).level == "ok"  # a fast "no" is fine
+
+
 def test_nominal_clock_warns(info):
     info.update(clock_method="/proc/cpuinfo 'cpu MHz' (nominal, may be the base clock)")
     c = by_name(run_checks(info))["clock"]
