@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 
@@ -177,6 +178,33 @@ def test_back_to_back_launches_all_rendezvous_quickly():
         assert [o["sum"] for o in launch(_sum_ranks, 2, args=(key,), timeout_s=3)] == [
             float(2 * key + 1)
         ] * 2
+
+
+def _gloo_endpoints(ctx):
+    import psutil
+
+    conns = psutil.Process().net_connections(kind="tcp")
+    return os.environ.get("GLOO_SOCKET_IFNAME"), sorted({c.laddr.ip for c in conns if c.laddr})
+
+
+def test_gloo_ranks_talk_over_loopback_unless_told_otherwise(monkeypatch):
+    for ifname, ips in launch(_gloo_endpoints, 2, threads_per_rank=1):
+        assert ifname == "lo"
+        assert ips and all(ip in ("127.0.0.1", "::ffff:127.0.0.1") for ip in ips), ips
+    # A user's own choice is kept, and gloo really uses it.
+    other = {
+        name: [a.address for a in addrs if a.family == socket.AF_INET]
+        for name, addrs in psutil.net_if_addrs().items()
+        if name != "lo"
+    }
+    other = {name: ips for name, ips in other.items() if ips}
+    if not other:
+        pytest.skip("no interface besides lo has an IPv4 address")
+    name, ips = next(iter(other.items()))
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", name)
+    for ifname, used in launch(_gloo_endpoints, 2, threads_per_rank=1):
+        assert ifname == name
+        assert set(ips) & {ip.removeprefix("::ffff:") for ip in used}, (ips, used)
 
 
 def test_single_rank_needs_no_process_group():

@@ -65,6 +65,11 @@ def init_process_group(ctx: RankContext, store_path: str, timeout_s: float) -> N
     """Join the run's process group through the run's ``FileStore`` (no port, no name lookup)."""
     import torch.distributed as dist
 
+    if ctx.backend == "gloo" and "GLOO_SOCKET_IFNAME" not in os.environ:
+        if os.path.exists("/sys/class/net/lo"):
+            # One node: loopback. Left alone, gloo binds to whatever the host name resolves to,
+            # which costs a name lookup (DNS on many compute nodes) and may be a firewalled NIC.
+            os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     timeout = datetime.timedelta(seconds=timeout_s)
     store = dist.FileStore(store_path, ctx.world_size)
     store.set_timeout(timeout)
