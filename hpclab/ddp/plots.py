@@ -81,6 +81,17 @@ def add_seed001(fig: Any, row: int | None = None, col: int | None = None) -> Non
         )
 
 
+def add_both_panels(
+    fig: Any, x: list, left: list, right: list, name: str, legendgroup: str = "", **style: Any
+) -> None:
+    """One series drawn in both panels of a 1x2 figure, with a single legend entry."""
+    group = legendgroup or name
+    fig.add_scatter(x=x, y=left, name=name, legendgroup=group, row=1, col=1, **style)
+    fig.add_scatter(
+        x=x, y=right, name=name, legendgroup=group, showlegend=False, row=1, col=2, **style
+    )
+
+
 def plot_ddp(result: Result):
     """Samples/s and efficiency against ranks, live and model, with seed 001's tables."""
     from plotly.subplots import make_subplots
@@ -97,26 +108,14 @@ def plot_ddp(result: Result):
         name = f"{model}, {scaling} ({tier})"
         marker = {"size": 10, "symbol": "circle" if tier == "live" else "circle-open"}
         x = [r["ranks"] for r in rows]
-        fig.add_scatter(
-            x=x,
-            y=[r["samples_per_s"] for r in rows],
+        add_both_panels(
+            fig,
+            x,
+            [r["samples_per_s"] for r in rows],
+            [r["efficiency"] for r in rows],
+            name,
             mode="markers",
-            name=name,
             marker=marker,
-            legendgroup=name,
-            row=1,
-            col=1,
-        )
-        fig.add_scatter(
-            x=x,
-            y=[r["efficiency"] for r in rows],
-            mode="markers",
-            name=name,
-            marker=marker,
-            legendgroup=name,
-            showlegend=False,
-            row=1,
-            col=2,
         )
     add_seed001(fig, row=1, col=2)
     fig.add_hline(y=1.0, line={"color": "gray", "width": 1}, row=1, col=2)
@@ -145,24 +144,8 @@ def plot_allreduce(result: Result):
         name = f"{impl}, {ranks} ranks ({tier})"
         mode = "markers" if tier == "live" else "lines"
         x = [r["bytes"] for r in rows]
-        fig.add_scatter(
-            x=x,
-            y=[r["busbw_gbps"] for r in rows],
-            mode=mode,
-            name=name,
-            legendgroup=name,
-            row=1,
-            col=1,
-        )
-        fig.add_scatter(
-            x=x,
-            y=[r["time_s"] for r in rows],
-            mode=mode,
-            name=name,
-            legendgroup=name,
-            showlegend=False,
-            row=1,
-            col=2,
+        add_both_panels(
+            fig, x, [r["busbw_gbps"] for r in rows], [r["time_s"] for r in rows], name, mode=mode
         )
     fig.update_xaxes(type="log", title="message bytes")
     fig.update_yaxes(type="log")

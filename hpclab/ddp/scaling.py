@@ -13,7 +13,7 @@ from typing import Any
 
 from hpclab.config import Config, ConfigError, param
 from hpclab.ddp.model import LINKS, WORKLOADS, Workload, predict
-from hpclab.ddp.plots import reference_scaling
+from hpclab.ddp.plots import add_both_panels, reference_scaling
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 
@@ -117,23 +117,13 @@ def plot_scaling_model(result: Result):
             "reference": f"reference: {rows[0].get('source', '')[:60]}...",
         }[tier]
         x = [r["gpus"] for r in rows]
-        fig.add_scatter(
-            x=x,
-            y=[r["samples_per_s"] for r in rows],
-            name=name,
+        add_both_panels(
+            fig,
+            x,
+            [r["samples_per_s"] for r in rows],
+            [r["efficiency"] for r in rows],
+            name,
             legendgroup=tier,
-            row=1,
-            col=1,
-            **style,
-        )
-        fig.add_scatter(
-            x=x,
-            y=[r["efficiency"] for r in rows],
-            name=name,
-            legendgroup=tier,
-            showlegend=False,
-            row=1,
-            col=2,
             **style,
         )
     fig.update_xaxes(type="log", dtick=0.30103, title="GPUs")
