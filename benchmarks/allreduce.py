@@ -23,7 +23,7 @@ import time
 import torch
 
 from hpclab.ddp.allreduce import algbw_gbps, allreduce_worker, busbw_gbps
-from hpclab.ddp.train import preload
+from hpclab.ddp.ddp_experiment import preload
 from hpclab.dist import RankContext, launch
 
 SIZES = (2**20, 16 * 2**20, 64 * 2**20)

@@ -1,6 +1,7 @@
 """The experiment registry: one name -> config class + ``run`` + ``plot`` (chapter 00).
 
-A chapter adds its topic module to ``TOPICS``; that module defines ``EXPERIMENTS``, a list of
+A chapter adds its registry module to ``TOPICS``: ``hpclab/<topic>/experiments.py`` (or the
+topic's one module, for chapter 00's ``hpclab.welcome``), which defines ``EXPERIMENTS``, a list of
 :class:`Experiment`. The CLI (``hpclab run NAME``), the widget panels, the tests and the
 benchmarks all go through :func:`run`, so there is one code path per experiment.
 """
@@ -21,8 +22,8 @@ TOPICS: tuple[str, ...] = (
     "hpclab.welcome",
     "hpclab.compute.experiments",
     "hpclab.storage.experiments",
-    "hpclab.sgd",
-    "hpclab.ddp",
+    "hpclab.sgd.experiments",
+    "hpclab.ddp.experiments",
 )
 
 

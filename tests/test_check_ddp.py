@@ -7,7 +7,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
 from hpclab.check import ddp as check
-from hpclab.ddp import exercise as ex
+from hpclab.ddp import serial_loop as ex
 from hpclab.ddp.ring import ring_allreduce
 from hpclab.train import train_step
 

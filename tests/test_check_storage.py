@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import Dataset
 
 from hpclab.check import storage as check
-from hpclab.storage.base import read_manifest
+from hpclab.storage.dataset import read_manifest
 
 
 # --- (a) a lazy LMDB Dataset --------------------------------------------------------------

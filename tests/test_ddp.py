@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from hpclab.config import ConfigError
-from hpclab.ddp.train import DDPConfig, resolve_device
+from hpclab.ddp.ddp_experiment import DDPConfig, resolve_device
 from hpclab.ddp.worker import TrainSpec, batches, build_model, ddp_worker, wrap
 from hpclab.dist import RankError, launch
 from hpclab.train import make_model, train_step
@@ -34,7 +34,7 @@ SPEC = TrainSpec(
 @pytest.fixture(autouse=True, scope="module")
 def _warm_parent():
     """Import DDP's lazy dependencies once here, so forked ranks do not each pay ~1-3 s."""
-    from hpclab.ddp.train import preload
+    from hpclab.ddp.ddp_experiment import preload
 
     preload()
 
@@ -113,7 +113,7 @@ def test_strong_scaling_refuses_indivisible_batch_with_nearest_values():
 
 
 def test_more_ranks_than_the_allocation_is_refused_with_what_exists(monkeypatch):
-    import hpclab.ddp.train as tr
+    import hpclab.ddp.ddp_experiment as tr
 
     monkeypatch.setattr(tr, "available", lambda device="auto": {"gpus": 0, "cores": 2})
     with pytest.raises(ConfigError, match=r"ranks=5 exceeds .*0 GPU\(s\), 2 usable core.*1\.\.2"):
@@ -213,7 +213,7 @@ def test_cancel_stops_all_ranks_within_seconds():
 
 
 def test_scaling_explorer_panel_runs_and_caps_ranks(monkeypatch):
-    import hpclab.ddp.train as tr
+    import hpclab.ddp.ddp_experiment as tr
 
     monkeypatch.setenv("HPCLAB_QUICK", "1")
     view = tr.scaling_explorer()

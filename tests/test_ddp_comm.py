@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from hpclab.ddp.allreduce import algbw_gbps, busbw_gbps, message_sizes
-from hpclab.ddp.model import fit_alpha_beta, ring_allreduce_s
+from hpclab.ddp.cost_model import fit_alpha_beta, ring_allreduce_s
 from hpclab.ddp.ring import compare_worker, ring_allreduce
 from hpclab.dist import launch
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpclab.ddp.model import WORKLOADS, Workload, predict, ring_allreduce_s, step_s
+from hpclab.ddp.cost_model import WORKLOADS, Workload, predict, ring_allreduce_s, step_s
 from hpclab.ddp.plots import reference_scaling
 
 

@@ -12,8 +12,8 @@ import threading
 import pytest
 
 from hpclab.storage import StorageError, open_dataset, pack
-from hpclab.storage.base import read_manifest
 from hpclab.storage.data import SyntheticImages
+from hpclab.storage.dataset import read_manifest
 
 WRITER = """
 import sys, time

@@ -171,7 +171,7 @@ def test_cli_pack_then_read_json(tmp_path):
 
 
 def test_live_wait_monitor_draws_every_step():
-    from hpclab.storage.live import wait_monitor
+    from hpclab.widgets.wait_monitor import wait_monitor
 
     m = wait_monitor(
         format=("memmap", "files-npy"),

@@ -17,8 +17,8 @@ def ddp_training(worker: Callable[..., Any], ranks: int = 2) -> CheckResult:
     compare with one process trained on the global batch (``ranks x per_rank_batch``)."""
     import torch
 
-    from hpclab.ddp import exercise as ex
-    from hpclab.ddp.train import preload
+    from hpclab.ddp import serial_loop as ex
+    from hpclab.ddp.ddp_experiment import preload
     from hpclab.dist import RankError, launch
 
     preload()  # forked ranks inherit DDP's imports instead of paying for them each
@@ -174,7 +174,7 @@ def efficiency_prediction(
     value: Any, compute_s: float, nbytes: float, ranks: int, alpha_s: float, bandwidth_bps: float
 ) -> CheckResult:
     """Predicted weak-scaling efficiency: compute / (compute + ring all-reduce), no overlap."""
-    from hpclab.ddp.model import ring_allreduce_s
+    from hpclab.ddp.cost_model import ring_allreduce_s
 
     v = as_number(value, "my_efficiency")
     if isinstance(v, CheckResult):

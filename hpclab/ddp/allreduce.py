@@ -8,7 +8,7 @@ For a message of ``m`` bytes taking ``t`` seconds on ``n`` ranks (nccl-tests, PE
                                        comparable with the link's spec and across n
 
 A latency/bandwidth (alpha-beta) fit of the ring model goes with the measurements
-(:func:`hpclab.ddp.model.fit_alpha_beta`). gloo on CPU, NCCL when every rank owns a GPU.
+(:func:`hpclab.ddp.cost_model.fit_alpha_beta`). gloo on CPU, NCCL when every rank owns a GPU.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def measure(
     ranks: int, sizes: tuple[int, ...], repeat: int, device: str, progress: Progress | None = None
 ) -> list[dict[str, Any]]:
     """Live records: per size the slowest rank's median time, algbw and busbw."""
-    from hpclab.ddp.train import preload
+    from hpclab.ddp.ddp_experiment import preload
 
     preload()
     outs = launch(
@@ -139,7 +139,7 @@ def measure(
 
 def fit_records(records: list[dict[str, Any]], ranks: int, label: str) -> list[dict[str, Any]]:
     """The alpha-beta fit of ``records`` as model-tier rows (one per size, same fields)."""
-    from hpclab.ddp.model import fit_alpha_beta, ring_allreduce_s
+    from hpclab.ddp.cost_model import fit_alpha_beta, ring_allreduce_s
 
     alpha, bw = fit_alpha_beta([r["bytes"] for r in records], [r["time_s"] for r in records], ranks)
     rows = []
@@ -162,7 +162,7 @@ def fit_records(records: list[dict[str, Any]], ranks: int, label: str) -> list[d
 
 
 def run_allreduce(config: AllreduceConfig, progress: Progress) -> Result:
-    from hpclab.ddp.train import comm_device
+    from hpclab.ddp.ddp_experiment import comm_device
 
     device = comm_device(config.ranks, config.device)
     sizes = message_sizes(config.min_bytes, config.max_bytes)

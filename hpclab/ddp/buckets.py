@@ -95,7 +95,7 @@ def bucket_worker(
 
 
 def run_buckets(config: BucketConfig, progress: Progress) -> Result:
-    from hpclab.ddp.train import comm_device, preload
+    from hpclab.ddp.ddp_experiment import comm_device, preload
 
     device = comm_device(config.ranks, "auto")
     preload()

@@ -98,7 +98,7 @@ def compare_worker(
 
 def run_ring(config: RingConfig, progress: Progress) -> Result:
     from hpclab.ddp.allreduce import busbw_gbps
-    from hpclab.ddp.train import preload
+    from hpclab.ddp.ddp_experiment import preload
 
     bad = [s for s in config.sizes if s % 4]
     if bad:

@@ -3,7 +3,7 @@
 Choose a workload (seed 001's MNIST, ResNet-50 or Horovod runs, or your own numbers), the
 link inside a node and the network between nodes; get predicted step time, samples/s and
 efficiency per GPU count, overlaid with seed 001's measured tables for that workload. The
-formulas and presets live in :mod:`hpclab.ddp.model`.
+formulas and presets live in :mod:`hpclab.ddp.cost_model`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpclab.config import Config, ConfigError, param
-from hpclab.ddp.model import LINKS, WORKLOADS, Workload, predict
+from hpclab.ddp.cost_model import LINKS, WORKLOADS, Workload, predict
 from hpclab.ddp.plots import add_both_panels, reference_scaling
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result

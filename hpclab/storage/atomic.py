@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from hpclab.storage.base import StorageError
+from hpclab.storage.dataset import StorageError
 
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 

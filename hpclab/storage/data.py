@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hpclab.storage.base import StorageError
+from hpclab.storage.dataset import StorageError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm")
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from hpclab.experiments import Experiment
 from hpclab.storage.loading import LoaderConfig, WaitConfig, run_loader, run_wait
+from hpclab.storage.pack_experiment import PackConfig, run_pack
 from hpclab.storage.plots import plot_loader, plot_pack, plot_read, plot_staging, plot_wait
-from hpclab.storage.reads import PackConfig, ReadConfig, run_pack, run_read
+from hpclab.storage.read_experiment import ReadConfig, run_read
 from hpclab.storage.staging import StagingConfig, run_staging
 
 EXPERIMENTS = [

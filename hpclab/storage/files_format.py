@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from hpclab.storage.base import Checksum, StorageError, StoredDataset, iter_samples
+from hpclab.storage.dataset import Checksum, StorageError, StoredDataset, iter_samples
 
 PER_DIR = 1000
 
@@ -76,7 +76,7 @@ class FilesDataset(StoredDataset):
     """One file per sample; ``format`` is ``files-npy`` or ``files-png``."""
 
     def __init__(self, path, open_latency_ms: float = 0.0) -> None:
-        from hpclab.storage.base import read_manifest
+        from hpclab.storage.dataset import read_manifest
 
         self.format = read_manifest(path).format  # before the base class checks it
         if self.format not in ("files-npy", "files-png"):

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from hpclab.storage.base import Checksum, StorageError, StoredDataset, iter_samples
+from hpclab.storage.dataset import Checksum, StorageError, StoredDataset, iter_samples
 
 FILE = "data.h5"
 LAYOUTS = ("contiguous", "chunked")

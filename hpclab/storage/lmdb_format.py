@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hpclab.storage.base import _PID, Checksum, StorageError, StoredDataset, iter_samples
+from hpclab.storage.dataset import _PID, Checksum, StorageError, StoredDataset, iter_samples
 
 LABEL_BYTES = 8
 _ENVS: dict[tuple, list] = {}  # ident -> [environment, users]

@@ -23,8 +23,8 @@ import numpy as np
 from hpclab.config import Config, ConfigError, param
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
-from hpclab.storage.base import FORMATS
 from hpclab.storage.data import parse_shape
+from hpclab.storage.dataset import FORMATS
 
 
 def _indices(n: int, needed: int, shuffle: bool, seed: int) -> list[int]:
@@ -63,7 +63,7 @@ def make_loader(
     """
     from torch.utils.data import DataLoader, IterableDataset
 
-    from hpclab.storage.base import read_manifest
+    from hpclab.storage.dataset import read_manifest
     from hpclab.storage.pack import open_dataset
     from hpclab.storage.shards_format import ShardStream
 
@@ -120,13 +120,13 @@ class LoaderConfig(Config):
 def run_loader(config: LoaderConfig, progress: Progress) -> Result:
     import torch
 
-    from hpclab.storage.reads import _path_format
+    from hpclab.storage.read_experiment import path_format
     from hpclab.storage.workspace import resolve
 
     shape = parse_shape(config.shape)
     paths = {f: resolve(config.path, f, config.samples, shape, config.seed) for f in config.format}
     if config.path:
-        paths = {_path_format(config.path, config.format): paths[config.format[0]]}
+        paths = {path_format(config.path, config.format): paths[config.format[0]]}
     pin = config.pin_memory and torch.cuda.is_available()
     cases = [(f, b, w) for f in paths for b in config.batch_size for w in config.workers]
     records = []
@@ -170,7 +170,7 @@ class WaitConfig(Config):
 
 def run_wait(config: WaitConfig, progress: Progress, on_step=None) -> Result:
     """Train ``config.steps`` steps per format; ``on_step(record)`` sees each step as it ends
-    (the live monitor in :mod:`hpclab.storage.live` draws with it)."""
+    (the live monitor in :mod:`hpclab.widgets.wait_monitor` draws with it)."""
     import torch
 
     from hpclab.storage.workspace import prepared

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from hpclab.storage.base import Checksum, StorageError, StoredDataset, iter_samples
+from hpclab.storage.dataset import Checksum, StorageError, StoredDataset, iter_samples
 
 
 def files_for(samples: int) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 
 from hpclab.storage import files_format, hdf5_format, lmdb_format, memmap_format, shards_format
 from hpclab.storage.atomic import atomic_dir, check_file_limit
-from hpclab.storage.base import (
+from hpclab.storage.dataset import (
     FORMATS,
     MANIFEST,
     Checksum,

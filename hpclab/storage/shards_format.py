@@ -23,7 +23,13 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from hpclab.storage.base import Checksum, StorageError, StoredDataset, iter_samples, read_manifest
+from hpclab.storage.dataset import (
+    Checksum,
+    StorageError,
+    StoredDataset,
+    iter_samples,
+    read_manifest,
+)
 
 
 def shard_name(s: int) -> str:

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from hpclab.storage.base import StorageError, read_manifest
+from hpclab.storage.dataset import StorageError, read_manifest
 
 
 def data_root() -> Path:
