@@ -17,8 +17,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-MODELS = ("tiny", "large", "cnn")
-
 
 def digits(flat: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """scikit-learn's digits: X ``[1797, 64]`` (or ``[1797, 1, 8, 8]``) in [0, 1], y ``[1797]``."""
@@ -50,40 +48,98 @@ def synthetic_images(
     return x.clamp_(0.0, 1.0), y
 
 
+def _tiny(in_features: int, classes: int) -> nn.Module:
+    return nn.Sequential(nn.Linear(in_features, 128), nn.ReLU(), nn.Linear(128, classes))
+
+
+def _large(in_features: int, classes: int) -> nn.Module:
+    return nn.Sequential(
+        nn.Linear(in_features, 1024),
+        nn.ReLU(),
+        nn.Linear(1024, 1024),
+        nn.ReLU(),
+        nn.Linear(1024, classes),
+    )
+
+
+def _deep(in_features: int, classes: int, layers: int = 24, width: int = 256) -> nn.Module:
+    mods: list[nn.Module] = [nn.Linear(in_features, width), nn.ReLU()]
+    for _ in range(layers - 2):
+        mods += [nn.Linear(width, width), nn.ReLU()]
+    mods.append(nn.Linear(width, classes))
+    return nn.Sequential(*mods)
+
+
+def _cnn(in_features: int, classes: int) -> nn.Module:
+    side = int(round(in_features**0.5))
+    if side * side != in_features:
+        raise ValueError(f"cnn needs square images; in_features={in_features} is not a square")
+    return nn.Sequential(
+        nn.Unflatten(1, (1, side, side)),
+        nn.Conv2d(1, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(4),
+        nn.Flatten(),
+        nn.Linear(32 * 16, classes),
+    )
+
+
+# The one model registry (chapters 01, 04, 05, 06): name -> builder(in_features, classes).
+# Every model takes flat features ``[N, in_features]`` and returns logits ``[N, classes]``.
+MODELS: dict[str, Callable[[int, int], nn.Module]] = {
+    "tiny": _tiny,  # MLP in-128-classes
+    "large": _large,  # MLP in-1024-1024-classes: >= 10x tiny's parameters
+    "deep": _deep,  # 24 layers of width 256: many small tensors (chapter 06's buckets)
+    "cnn": _cnn,  # two conv layers + linear; square single-channel images only
+}
+MLP_MODELS = ("tiny", "large", "deep")  # the models that take any number of features
+
+
 def make_model(name: str, in_features: int = 64, classes: int = 10, seed: int = 0) -> nn.Module:
-    """``tiny``: MLP in-128-classes; ``large``: MLP in-1024-1024-classes (>= 10x tiny's
-    parameters); ``cnn``: two conv layers + linear, for square single-channel images with
-    ``in_features = side * side``. Same seed, same initial weights (for parallel == serial tests)."""
+    """A fresh model from :data:`MODELS`. Same seed, same initial weights (for the parallel ==
+    serial tests of chapters 05 and 06)."""
+    if name not in MODELS:
+        raise ValueError(f"model={name!r} is not known; allowed: {', '.join(MODELS)}")
     torch.manual_seed(seed)
-    if name == "tiny":
-        return nn.Sequential(nn.Linear(in_features, 128), nn.ReLU(), nn.Linear(128, classes))
-    if name == "large":
-        return nn.Sequential(
-            nn.Linear(in_features, 1024),
-            nn.ReLU(),
-            nn.Linear(1024, 1024),
-            nn.ReLU(),
-            nn.Linear(1024, classes),
-        )
-    if name == "cnn":
-        side = int(round(in_features**0.5))
-        if side * side != in_features:
-            raise ValueError(f"cnn needs square images; in_features={in_features} is not a square")
-        return nn.Sequential(
-            nn.Unflatten(1, (1, side, side)),
-            nn.Conv2d(1, 16, 3, padding=1),
-            nn.ReLU(),
-            nn.Conv2d(16, 32, 3, padding=1),
-            nn.ReLU(),
-            nn.AdaptiveAvgPool2d(4),
-            nn.Flatten(),
-            nn.Linear(32 * 16, classes),
-        )
-    raise ValueError(f"model={name!r} is not known; allowed: {', '.join(MODELS)}")
+    return MODELS[name](in_features, classes)
 
 
 def parameter_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def flat_params(model: nn.Module) -> torch.Tensor:
+    """All parameters as one flat vector, in ``parameters()`` order (a detached copy; a DDP
+    wrapper is looked through). Parallel == serial tests compare these (chapters 05, 06)."""
+    module = getattr(model, "module", model)
+    return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
+
+
+def set_flat_params(model: nn.Module, flat: torch.Tensor) -> None:
+    """Write a flat vector (as :func:`flat_params` returns) into the parameters, in place."""
+    module = getattr(model, "module", model)
+    with torch.no_grad():
+        offset = 0
+        for p in module.parameters():
+            n = p.numel()
+            p.copy_(flat[offset : offset + n].view_as(p))
+            offset += n
+
+
+def flat_grad(model: nn.Module) -> torch.Tensor:
+    """All gradients as one dense flat vector (sparse gradients densified, missing ones 0):
+    what a parameter-server worker pushes (chapter 05)."""
+    module = getattr(model, "module", model)
+    parts = []
+    for p in module.parameters():
+        g = p.grad
+        if g is None:
+            parts.append(torch.zeros(p.numel(), dtype=p.dtype, device=p.device))
+        else:
+            parts.append((g.to_dense() if g.is_sparse else g).reshape(-1))
+    return torch.cat(parts)
 
 
 def forward_backward(
@@ -112,8 +168,13 @@ def train_step(
     y: torch.Tensor,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy,
     micro_batches: int = 1,
+    lock: contextlib.AbstractContextManager | None = None,
 ) -> float:
     """One SGD step: forward, loss, backward, update. Returns the loss (a float: syncs device).
+
+    ``lock`` (e.g. a ``multiprocessing.Lock``) is held around the update only: the naive,
+    locked variant of chapter 05's Hogwild; without it, processes sharing the weights write
+    into them lock-free (Hogwild!).
 
     ``micro_batches=k`` splits the batch into ``k`` chunks whose gradients accumulate before the
     one update (gradient accumulation, chapter 06). On a DDP model all chunks but the last run
@@ -131,7 +192,8 @@ def train_step(
             loss = forward_backward(model, xc, yc, loss_fn, scale=len(xc) / len(x))
         part = loss if len(chunks) == 1 else loss * (len(xc) / len(x))
         total = part if total is None else total + part
-    optimizer.step()
+    with lock or contextlib.nullcontext():
+        optimizer.step()
     return float(total)
 
 

@@ -11,9 +11,9 @@ import torch
 
 from hpclab.config import ConfigError
 from hpclab.ddp.ddp_experiment import DDPConfig, resolve_device
-from hpclab.ddp.worker import TrainSpec, batches, build_model, ddp_worker, wrap
+from hpclab.ddp.worker import TrainSpec, batches, ddp_worker, wrap
 from hpclab.dist import RankError, launch
-from hpclab.train import make_model, train_step
+from hpclab.train import flat_params, make_model, train_step
 
 # 512 samples, 16 per rank on 2 ranks = 16 steps per epoch: 20 steps cross into epoch 2,
 # so a missing set_epoch would change the data order and show up.
@@ -72,7 +72,7 @@ def test_micro_batches_equal_one_full_batch_step():
         model = make_model("tiny", 64, seed=3)
         opt = torch.optim.SGD(model.parameters(), lr=0.5)
         losses.append(train_step(model, opt, x, y, micro_batches=k))
-        params.append(torch.nn.utils.parameters_to_vector(model.parameters()).detach())
+        params.append(flat_params(model))
     assert losses[1] == pytest.approx(losses[0], rel=1e-5)
     assert torch.allclose(params[0], params[2], atol=1e-6)
     with pytest.raises(ValueError, match="micro_batches=13"):
@@ -80,7 +80,7 @@ def test_micro_batches_equal_one_full_batch_step():
 
 
 def _dies_mid_training(ctx, spec):
-    model = build_model(spec.model, spec.side**2, spec.seed)
+    model = make_model(spec.model, spec.side**2, seed=spec.seed)
     net = wrap(ctx, model, 25.0)
     opt = torch.optim.SGD(net.parameters(), lr=0.1)
     from hpclab.ddp.worker import dataset

@@ -22,11 +22,12 @@ from hpclab.compute import device as dev
 from hpclab.config import Config, ConfigError, param
 from hpclab.progress import Progress
 from hpclab.results import Result, load_reference, make_result
+from hpclab.train import MODELS
 
 
 @dataclass(frozen=True)
 class ThroughputConfig(Config):
-    model: str = param("large", choices=("tiny", "large", "cnn"), help="hpclab.train model")
+    model: str = param("large", choices=tuple(MODELS), help="hpclab.train model")
     data: str = param(
         "synthetic", choices=("digits", "synthetic"), help="8x8 digits or 28x28 MNIST-like"
     )

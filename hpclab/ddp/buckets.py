@@ -20,20 +20,12 @@ from typing import Any
 import torch
 
 from hpclab.config import Config, param
-from hpclab.ddp.worker import (
-    MODELS,
-    TrainSpec,
-    _bucket_count,
-    batches,
-    build_model,
-    dataset,
-    wrap,
-)
+from hpclab.ddp.worker import TrainSpec, _bucket_count, batches, dataset, wrap
 from hpclab.dist import RankContext, launch
 from hpclab.measure.timing import time_fn
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
-from hpclab.train import train_step
+from hpclab.train import MODELS, make_model, train_step
 
 
 @dataclass(frozen=True)
@@ -45,7 +37,7 @@ class BucketConfig(Config):
         max=1024.0,
         help="bucket_cap_mb values (0: one bucket per parameter tensor)",
     )
-    model: str = param("deep", choices=MODELS, help="model (deep: many small tensors)")
+    model: str = param("deep", choices=tuple(MODELS), help="model (deep: many small tensors)")
     batch_size: int = param(32, min=1, max=4096, help="batch per rank")
     steps: int = param(10, min=2, max=1000, quick=4, help="timed steps per cap and round")
     rounds: int = param(3, min=1, max=20, quick=2, help="interleaved rounds over the caps")
@@ -57,9 +49,8 @@ def bucket_worker(
     stream = batches(ctx, spec, dataset(spec))
     nets = {}
     for cap in caps:  # one replica per cap, all starting from the same weights
-        net = wrap(
-            ctx, build_model(spec.model, spec.side * spec.side, spec.seed).to(ctx.device), cap
-        )
+        model = make_model(spec.model, spec.side * spec.side, seed=spec.seed)
+        net = wrap(ctx, model.to(ctx.device), cap)
         nets[cap] = (net, torch.optim.SGD(net.parameters(), lr=spec.lr))
     samples: dict[float, list[float]] = {cap: [] for cap in caps}
     total = rounds * len(caps)

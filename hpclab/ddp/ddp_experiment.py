@@ -24,6 +24,7 @@ from hpclab.config import Config, ConfigError, param
 from hpclab.ddp.worker import TrainSpec, ddp_worker
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
+from hpclab.train import MODELS
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,11 @@ class DDPConfig(Config):
     batch_size: int = param(
         64, min=1, max=65536, log=True, help="batch per rank (weak) or global batch (strong)"
     )
-    model: str = param("tiny", choices=("tiny", "large"), help="tiny MLP or one with >10x params")
+    model: str = param(
+        "tiny",
+        choices=tuple(MODELS),
+        help="hpclab.train model: tiny, large (>10x tiny), deep (many tensors), cnn",
+    )
     scaling: str = param("weak", choices=("weak", "strong"), help="keep per-rank or global batch")
     steps: int = param(30, min=1, max=10000, quick=8, help="timed steps")
     warmup: int = param(3, min=1, max=100, quick=2, help="untimed steps before timing")

@@ -21,6 +21,7 @@ import torch
 from hpclab.dist import RankContext, launch
 from hpclab.progress import Progress
 from hpclab.sgd.problems import Problem, Sampler
+from hpclab.train import train_step
 
 # Chosen by hand on these problems (serial SGD, batch 32, 1000 steps): stable, with a clear
 # loss drop within the default run.
@@ -41,17 +42,11 @@ def sgd_step(
     idx: torch.Tensor,
     lock: Any = None,
 ) -> float:
-    """One SGD step on samples ``idx``; the write into the (shared) weights is under ``lock``
-    when one is given (the naive, locked variant), else lock-free (Hogwild)."""
-    opt.zero_grad(set_to_none=True)
-    loss = problem.loss_fn(model(problem.x_train[idx]), problem.y_train[idx])
-    loss.backward()
-    if lock is None:
-        opt.step()
-    else:
-        with lock:
-            opt.step()
-    return float(loss.detach())
+    """:func:`hpclab.train.train_step` on samples ``idx`` of the problem: the write into the
+    (shared) weights is under ``lock`` when one is given (the naive, locked variant), else
+    lock-free (Hogwild)."""
+    x, y = problem.x_train[idx], problem.y_train[idx]
+    return train_step(model, opt, x, y, problem.loss_fn, lock=lock)
 
 
 def hogwild_worker(

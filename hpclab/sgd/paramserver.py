@@ -27,8 +27,9 @@ from typing import Any
 import torch
 
 from hpclab.dist import RankContext
-from hpclab.sgd.problems import Problem, Sampler, flat_params, grad_at, set_flat_params
+from hpclab.sgd.problems import Problem, Sampler, grad_at
 from hpclab.sgd.staleness import ParameterShard, apply_gradient, ssp_allows
+from hpclab.train import flat_params, set_flat_params
 
 MODES = ("sync", "async", "ssp", "allreduce")
 PUSH, PULL, STOP = 1.0, 2.0, 3.0

@@ -25,6 +25,7 @@ from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 from hpclab.storage.data import parse_shape
 from hpclab.storage.dataset import FORMATS
+from hpclab.train import MLP_MODELS
 
 
 def _indices(n: int, needed: int, shuffle: bool, seed: int) -> list[int]:
@@ -160,7 +161,7 @@ class WaitConfig(Config):
     batch_size: int = param(64, min=1, max=65536, help="batch size")
     workers: int = param(0, min=0, max=64, help="DataLoader num_workers")
     steps: int = param(60, min=3, max=100_000, quick=25, help="training steps per format")
-    model: str = param("tiny", choices=("tiny", "large"), help="hpclab.train model (MLP)")
+    model: str = param("tiny", choices=MLP_MODELS, help="hpclab.train model (MLP)")
     open_latency_ms: float = param(0.0, min=0.0, max=1000.0, help="simulated per-file open latency")
     device: str = param("auto", choices=("auto", "cpu", "cuda"), help="where the model trains")
 
