@@ -2,7 +2,7 @@
 
 No downloads: the data are scikit-learn's bundled 8x8 digits (1797 real images) or generated
 MNIST-like images (class templates plus noise, learnable, any count and size). The models are
-small on purpose: the lesson of seed 001 is that a small model (its MNIST net) stops scaling
+small on purpose: the lesson of Guan 2019 is that a small model (its MNIST net) stops scaling
 across GPUs while a large one keeps going, so the course needs both sizes.
 
 Shapes: images ``[N, C, H, W]`` float32 in [0, 1]; flat features ``[N, C*H*W]``; labels ``[N]``.

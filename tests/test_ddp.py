@@ -147,7 +147,7 @@ def test_run_ddp_records_and_efficiency():
     assert model[0]["step_s"] == pytest.approx(two["compute_s"] + two["allreduce_s"])
 
 
-def test_ddp_plot_shows_live_model_and_seed001_reference():
+def test_ddp_plot_shows_live_model_and_guan2019_reference():
     from hpclab import experiments
     from hpclab.ddp.plots import plot_ddp
 
@@ -155,7 +155,7 @@ def test_ddp_plot_shows_live_model_and_seed001_reference():
     fig = plot_ddp(res)
     names = [t.name for t in fig.data]
     assert "tiny, weak (live)" in names and "tiny, weak (model)" in names
-    assert sum(n.startswith("reference: seed 001") for n in names) == 4
+    assert sum(n.startswith("reference: Guan 2019") for n in names) == 4
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """Experiment ``ddp-buckets``: gradient bucket size vs step rate (chapter 06, tensor fusion).
 
-Horovod's "tensor fusion" (seed 001) and DDP's ``bucket_cap_mb`` are one idea: every
+Horovod's "tensor fusion" (Guan 2019) and DDP's ``bucket_cap_mb`` are one idea: every
 all-reduce pays a latency ``alpha`` however small it is, so many small gradient tensors are
 copied into a few big buckets and reduced together. One bucket per tensor pays ``alpha`` per
 tensor; one huge bucket cannot start until the whole backward pass is done (no overlap).

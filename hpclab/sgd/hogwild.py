@@ -2,7 +2,7 @@
 
 The model's parameters live in shared memory (``model.share_memory()``); ``workers`` forked
 processes each run plain SGD on their own minibatches and write into the same tensors with no
-lock (Niu, Recht, Re, Wright, "Hogwild!", NIPS 2011; seed 004 shows PyTorch's version). The
+lock (Niu, Recht, Re, Wright, "Hogwild!", NIPS 2011; Nakayama 2017 shows PyTorch's version). The
 naive alternative, ``locking="locked"``, takes one process lock around every update, with the
 same interface. Serial SGD (one process, the same total number of updates) is the baseline.
 

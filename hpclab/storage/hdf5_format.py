@@ -1,4 +1,4 @@
-"""HDF5: one file, arrays ``x [N, C, H, W]`` and ``y [N]`` (chapter 04; seed 004 lists HDF5).
+"""HDF5: one file, arrays ``x [N, C, H, W]`` and ``y [N]`` (chapter 04; Nakayama 2017 lists HDF5).
 
 Layout matters: ``contiguous`` stores ``x`` as one block (a random sample is one seek + read);
 ``chunked`` stores it in chunks of ``chunk`` samples, which compression needs (gzip works per

@@ -1,13 +1,13 @@
 """Experiments ``loader`` and ``data-wait``: a real DataLoader over each format (chapter 04).
 
 ``loader`` sweeps format x batch size x ``num_workers`` x ``pin_memory`` and reports samples/s
-and the seconds to load 100 batches, the shape of seed 002's Caffe table (AlexNet on ImageNet:
+and the seconds to load 100 batches, the shape of Fox et al. 2015's Caffe table (AlexNet on ImageNet:
 LMDB 1.05 s vs image files 8.1 s at batch 8, 5.23 s vs 62.4 s at batch 64), which the plot puts
 beside it.
 
 ``data-wait`` trains (``hpclab.train``: ``make_model`` + ``train_step``) and splits every step
 into *waiting for the next batch* and *computing*: Caffe's "Waiting for data" log lines from
-seed 003, as a number per step. A fast format keeps the waiting near zero; a slow one starves the
+Mao 2017, as a number per step. A fast format keeps the waiting near zero; a slow one starves the
 model, and more workers (or a better format) is the cure.
 """
 
@@ -107,7 +107,9 @@ class LoaderConfig(Config):
     path: str = param("", help="a packed dataset ('' = synthetic data packed in scratch)")
     samples: int = param(20000, min=64, max=2_000_000, quick=1000, help="samples in the dataset")
     shape: tuple = param((3, 32, 32), min=1, max=4096, help="C,H,W of each sample")
-    batch_size: tuple = param((8, 16, 32, 64), min=1, max=65536, help="batch sizes (seed 002's)")
+    batch_size: tuple = param(
+        (8, 16, 32, 64), min=1, max=65536, help="batch sizes (Fox et al. 2015's)"
+    )
     workers: tuple = param((0, 2), min=0, max=64, help="DataLoader num_workers values")
     pin_memory: bool = param(False, help="pinned host memory (matters with a GPU)")
     batches: int = param(100, min=3, max=100_000, quick=20, help="batches per measurement")
