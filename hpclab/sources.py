@@ -1,9 +1,10 @@
 """The slide decks the course draws on, and the one way to cite them (every chapter).
 
-In notebooks, legends, tables, CLI help and the ``source`` of bundled references
-(``hpclab/references/*.json``) a deck is cited by its short form, ``Guan 2019``; the chapter's
-closing "Sources" cell lists each deck it uses as ``- **Guan 2019**: <DECKS["Guan 2019"]>``,
-followed by the other published sources it uses (papers, datasheets, benchmarks).
+In notebooks, legends, tables and CLI help a deck is cited by its short form, ``Guan 2019``; a
+bundled reference's ``source`` (``hpclab/references/*.json``) is ``"Guan 2019: " +
+DECKS["Guan 2019"] + ", slide '...'"``; the chapter's closing "Sources" cell lists each deck it
+uses as ``- **Guan 2019**: <DECKS["Guan 2019"]>``, then the other published sources it uses
+(papers, datasheets, benchmarks). ``tests/test_sources.py`` holds every place to this.
 """
 
 from __future__ import annotations
@@ -23,11 +24,3 @@ DECKS: dict[str, str] = {
         'Kotaro Nakayama (Matsuo lab, U. Tokyo), "Chap. 05 Deep Learning & HPC", lecture (c. 2017)'
     ),
 }
-
-
-def cite(short: str, where: str = "") -> str:
-    """The full citation of a deck, e.g. for a reference's ``source``: ``"Guan 2019: Weiguang
-    Guan, "Leveraging HPC ...", SHARCNET/Compute Canada (2019), <where>"``."""
-    if short not in DECKS:
-        raise KeyError(f"no deck cited as {short!r}; known: {', '.join(DECKS)}")
-    return f"{short}: {DECKS[short]}" + (f", {where}" if where else "")
