@@ -183,18 +183,35 @@ def train_step(
     if micro_batches < 1 or micro_batches > len(x):
         raise ValueError(f"micro_batches={micro_batches} must be in 1..{len(x)} (the batch size)")
     optimizer.zero_grad(set_to_none=True)
+    if micro_batches == 1:  # the common case, kept lean: chapter 05's steps take ~0.2 ms
+        total = forward_backward(model, x, y, loss_fn)
+    else:
+        total = _accumulate(model, x, y, loss_fn, micro_batches)
+    if lock is None:
+        optimizer.step()
+    else:
+        with lock:
+            optimizer.step()
+    return float(total)
+
+
+def _accumulate(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    micro_batches: int,
+) -> torch.Tensor:
+    """Forward/backward over ``micro_batches`` chunks; returns the batch's mean loss."""
     chunks = list(zip(x.chunk(micro_batches), y.chunk(micro_batches), strict=True))
-    total = None
+    total = torch.zeros((), device=x.device)
     for i, (xc, yc) in enumerate(chunks):
         last = i == len(chunks) - 1
         sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else None
         with sync or model.no_sync():
             loss = forward_backward(model, xc, yc, loss_fn, scale=len(xc) / len(x))
-        part = loss if len(chunks) == 1 else loss * (len(xc) / len(x))
-        total = part if total is None else total + part
-    with lock or contextlib.nullcontext():
-        optimizer.step()
-    return float(total)
+        total = total + loss * (len(xc) / len(x))
+    return total
 
 
 @torch.no_grad()
