@@ -25,13 +25,6 @@ from hpclab.sgd.problems import Problem, Sampler
 # Chosen by hand on these problems (serial SGD, batch 32, 1000 steps): stable, with a clear
 # loss drop within the default run.
 DEFAULT_LR = {"dense": 0.1, "large": 0.05, "sparse": 1.0}
-OVERSUBSCRIBE_LIMIT = 4  # refuse runs with more than 4 busy threads per usable core
-
-
-def usable_cores() -> int:
-    from hpclab.measure.sysinfo import usable_cores as _usable
-
-    return _usable()[0]
 
 
 def sgd_step(
