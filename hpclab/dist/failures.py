@@ -24,7 +24,7 @@ _PEER_LOSS = re.compile(
     re.IGNORECASE,
 )
 _SOURCE_PREFIX = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\]\s*")  # "[/…/pair.cc:553] "
-_GLOO_ADVICE = re.compile(r"\s*This is typically caused by a remote worker crashing.*$")
+_GLOO_ADVICE = re.compile(r"\s*This is typically caused by .*$")  # gloo's generic advice
 
 
 @dataclass(frozen=True)
