@@ -417,3 +417,39 @@ def test_inprocess_raises_the_workers_own_exception_and_refuses_several_ranks():
     with pytest.raises(LaunchError, match="inprocess=True runs one rank") as refused:
         launch(_inprocess_fails, 2, inprocess=True)
     assert "\n" not in str(refused.value)
+
+
+# --- the diagnosis alone: which failure is the cause ------------------------------------------
+
+
+def test_diagnosis_orders_causes_before_consequences():
+    from hpclab.dist.failures import Failure, diagnose, is_peer_loss
+
+    closed = "RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer [::1]:5"
+    assert is_peer_loss(RuntimeError(closed.split(": ", 1)[1]))
+    assert not is_peer_loss(TimeoutError("my data source timed out"))  # the worker's own error
+    # The peer's error came *before* the parent saw the death: the death is still the cause.
+    err = diagnose(
+        [Failure(0, 1.0, closed, "tb0", peer_loss=True), Failure(2, 1.5, exitcode=-9)],
+        3,
+        running=[1],
+        finished=[],
+        timeout_s=30,
+    )
+    assert (err.rank, err.summary, err.traceback) == (2, "was killed by SIGKILL (signal 9)", "")
+    assert err.consequences == (
+        "rank 0 of 3 failed: RuntimeError: Connection closed by peer [::1]:5",
+        "rank 1 of 3 was still running; stopped by the launcher",
+    )
+    # Two ranks raising their own errors: the earlier one is the cause.
+    err = diagnose(
+        [Failure(1, 2.0, "KeyError: 'b'", "tb1"), Failure(0, 1.0, "ValueError: a", "tb0")],
+        2,
+        running=[],
+        finished=[],
+        timeout_s=30,
+    )
+    assert str(err).splitlines()[:2] == [
+        "rank 0 of 2 failed: ValueError: a",
+        "  then: rank 1 of 2 failed: KeyError: 'b'",
+    ]

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 # How gloo and NCCL report a peer that died or never answered. A rank failing with one of these
 # is a consequence when another rank failed otherwise.
 _PEER_LOSS = re.compile(
-    r"closed by peer|reset by peer|broken pipe|connection refused|timed out|timeout|"
-    r"remote (worker|process)|nccl.*(abort|error)|DistNetworkError|DistBackendError|"
-    r"DistStoreError|socket",
+    r"closed by peer|reset by peer|broken pipe|connection refused|timed out waiting|"
+    r"socket timeout|collective operation timeout|remote (worker|process)|NCCL communicator|"
+    r"ncclRemoteError|ncclSystemError|Dist(Network|Backend|Store)Error",
     re.IGNORECASE,
 )
 _SOURCE_PREFIX = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\]\s*")  # "[/…/pair.cc:553] "
