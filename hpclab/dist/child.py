@@ -96,13 +96,24 @@ def child_main(
     _linux_process_setup(ctx.rank)
     _own_output(log_path)
     send = sender(conn)
+    failed_at: list[float] = []
+
+    def timed(*a: Any, **kw: Any) -> Any:
+        try:
+            return worker(*a, **kw)
+        except BaseException:
+            # When it raised, before teardown: one clock for every process on Linux, so the
+            # parent can tell which rank failed first.
+            failed_at.append(time.monotonic())
+            raise
+
     try:
         value = run_worker(
-            worker, dataclasses.replace(ctx, send=send), store_path, timeout_s, args, kwargs
+            timed, dataclasses.replace(ctx, send=send), store_path, timeout_s, args, kwargs
         )
         send("result", pickle.dumps(value))  # fails here, in the rank, if it cannot travel
     except BaseException as exc:  # noqa: BLE001 - everything must reach the parent
-        at = time.monotonic()  # one clock for every process on Linux: comparable across ranks
+        at = failed_at[0] if failed_at else time.monotonic()
         summary = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
         try:
             send("error", (summary, traceback.format_exc(), is_peer_loss(exc), at))
