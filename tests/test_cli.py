@@ -172,9 +172,10 @@ def test_a_killed_rank_is_named_first_in_one_message_exit_1():
     time.sleep(1.0)  # mid-training
     t0 = time.monotonic()
     victim.send_signal(signal.SIGKILL)
-    out, err = cli.communicate(timeout=30)
-    assert time.monotonic() - t0 < 10
-    assert cli.returncode == 1 and out == ""
+    first = cli.stderr.readline()
+    assert time.monotonic() - t0 < 5  # the process itself may take longer to tear torch down
+    err = first + cli.stderr.read()  # the pipe's end: the CLI has exited
+    assert cli.wait(timeout=30) == 1 and cli.stdout.read() == ""
     lines = err.strip().splitlines()
     assert lines[0] == "hpclab: error: rank 1 of 2 was killed by SIGKILL (signal 9)", err
     assert lines[1].startswith("  then: rank 0 of 2 ") and "Traceback" not in err
