@@ -130,7 +130,7 @@ def diagnose(
         rank, tb, raised, others = running[0], "", False, lost
         waiting = ", ".join(str(f.rank) for f in lost)
         summary = (
-            f"hung: it was still running when rank(s) {waiting} gave up waiting for it in a "
+            f"hung: still running when rank(s) {waiting} timed out waiting for it in a "
             f"collective (timeout_s={timeout_s:g}: an endless loop, a deadlock, or a rank "
             "slower than the timeout)"
         )
