@@ -179,6 +179,7 @@ def train_hogwild(
         workers,
         args=(problem, model, per_worker, batch, lr, seed, barrier, lock),
         backend="none",  # no process group: the workers talk only through shared memory
+        device="cpu",  # host shared memory, even on a GPU node
         threads_per_rank=threads,
         start_method="fork",
         progress=progress,
