@@ -4,7 +4,9 @@
 [--json] [--save [--label L]]``, ``hpclab exercises build|check``,
 ``hpclab notebooks refresh|clean PATH...``.
 
-Bad arguments print one line naming the argument and what is allowed, and exit 2.
+Bad arguments print one line naming the argument and what is allowed, and exit 2. A run that
+fails for another reason (a rank died, a data file is missing or corrupt) prints what happened,
+the cause first, and exits 1; never a traceback of the command itself.
 ``--json`` prints exactly one JSON object on stdout and nothing else.
 """
 
@@ -124,11 +126,16 @@ def _cmd_run(argv: list[str]) -> int:
         config = exp.config.create(**params)
     except ConfigError as err:
         _fail(str(err))
+    from hpclab.dist import RankError
+    from hpclab.storage import StorageError
+
     progress = Progress(stderr_bar())
     try:
         result = exp.run(config, progress)
     except ConfigError as err:
         _fail(str(err))
+    except (RankError, StorageError) as err:
+        _fail(str(err), code=1)
     except (KeyboardInterrupt, Cancelled):
         _fail("cancelled", code=130)
     if args.save:

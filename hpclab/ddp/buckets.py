@@ -86,9 +86,12 @@ def bucket_worker(
 
 
 def run_buckets(config: BucketConfig, progress: Progress) -> Result:
-    from hpclab.ddp.ddp_experiment import comm_device, preload
+    from hpclab.ddp.ddp_experiment import preload
+    from hpclab.dist import place
 
-    device = comm_device(config.ranks, "auto")
+    where = place(config.ranks)
+    device = where.device
+    progress.update(0, 1, where.note)
     preload()
     spec = replace(
         TrainSpec(),

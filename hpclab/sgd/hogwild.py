@@ -26,13 +26,6 @@ from hpclab.train import train_step
 # Chosen by hand on these problems (serial SGD, batch 32, 1000 steps): stable, with a clear
 # loss drop within the default run.
 DEFAULT_LR = {"dense": 0.1, "large": 0.05, "sparse": 1.0}
-OVERSUBSCRIBE_LIMIT = 4  # refuse runs with more than 4 busy threads per usable core
-
-
-def usable_cores() -> int:
-    from hpclab.measure.sysinfo import usable_cores as _usable
-
-    return _usable()[0]
 
 
 def sgd_step(
@@ -181,6 +174,7 @@ def train_hogwild(
         workers,
         args=(problem, model, per_worker, batch, lr, seed, barrier, lock),
         backend="none",  # no process group: the workers talk only through shared memory
+        device="cpu",  # host shared memory, even on a GPU node
         threads_per_rank=threads,
         start_method="fork",
         progress=progress,

@@ -11,16 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpclab.config import Config, ConfigError, param
+from hpclab.dist.placement import OVERSUBSCRIBE_LIMIT
+from hpclab.measure.sysinfo import usable_cores
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
-from hpclab.sgd.hogwild import (
-    DEFAULT_LR,
-    OVERSUBSCRIBE_LIMIT,
-    _merged_curve,
-    overlap_model,
-    train_hogwild,
-    usable_cores,
-)
+from hpclab.sgd.hogwild import DEFAULT_LR, _merged_curve, overlap_model, train_hogwild
 from hpclab.sgd.plots import add_loss_curves
 from hpclab.sgd.problems import PROBLEMS, make_problem
 

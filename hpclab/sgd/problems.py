@@ -15,15 +15,15 @@ Shapes: dense inputs ``[N, 64]`` float32; sparse inputs ``[N, nnz]`` int64 featu
 
 from __future__ import annotations
 
-import contextlib
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hpclab.dist.placement import torch_threads
 from hpclab.train import digits, flat_grad, forward_backward, make_model, train_step
 
 PROBLEMS = ("dense", "sparse", "large")
@@ -169,19 +169,8 @@ def serial_sgd(
     """Plain SGD: step ``s`` uses the concatenated batches of streams ``0..streams-1`` (the
     combined batch of ``streams`` synchronous trainers). Runs on one thread, like a worker:
     these steps are far too small for intra-op threads, which only add synchronisation."""
-    with one_thread():
+    with torch_threads(1):
         return _serial_sgd(problem, steps, batch, lr, seed, streams)
-
-
-@contextlib.contextmanager
-def one_thread() -> Iterator[None]:
-    """Run the block with one intra-op thread, then restore the caller's setting."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _serial_sgd(

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpclab.config import Config, ConfigError, param
+from hpclab.dist.placement import OVERSUBSCRIBE_LIMIT
+from hpclab.measure.sysinfo import usable_cores
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
-from hpclab.sgd.hogwild import DEFAULT_LR, OVERSUBSCRIBE_LIMIT, usable_cores
+from hpclab.sgd.hogwild import DEFAULT_LR
 from hpclab.sgd.paramserver import MODES, Plan, initial_params, train_paramserver, trained_model
 from hpclab.sgd.plots import add_loss_curves
 from hpclab.sgd.problems import PROBLEMS, make_problem

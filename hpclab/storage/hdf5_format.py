@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from hpclab.config import ConfigError
 from hpclab.storage.dataset import Checksum, StorageError, StoredDataset, iter_samples
 
 FILE = "data.h5"
@@ -36,9 +37,9 @@ def write(
     import h5py
 
     if layout not in LAYOUTS:
-        raise StorageError(f"layout={layout!r}; allowed: {', '.join(LAYOUTS)}")
+        raise ConfigError(f"layout={layout!r}; allowed: {', '.join(LAYOUTS)}")
     if compression != "none" and layout == "contiguous":
-        raise StorageError(
+        raise ConfigError(
             f"compression={compression!r} needs layout='chunked' (HDF5 compresses chunks)"
         )
     n = len(source)

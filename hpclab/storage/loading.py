@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from hpclab.config import Config, ConfigError, param
+from hpclab.config import Config, param
+from hpclab.dist.placement import DEVICES, place
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 from hpclab.storage.data import parse_shape
@@ -165,7 +166,7 @@ class WaitConfig(Config):
     steps: int = param(60, min=3, max=100_000, quick=25, help="training steps per format")
     model: str = param("tiny", choices=MLP_MODELS, help="hpclab.train model (MLP)")
     open_latency_ms: float = param(0.0, min=0.0, max=1000.0, help="simulated per-file open latency")
-    device: str = param("auto", choices=("auto", "cpu", "cuda"), help="where the model trains")
+    device: str = param("auto", choices=DEVICES, help="where the model trains (auto: a GPU if any)")
 
     def check(self) -> None:
         parse_shape(self.shape)
@@ -179,11 +180,8 @@ def run_wait(config: WaitConfig, progress: Progress, on_step=None) -> Result:
     from hpclab.storage.workspace import prepared
     from hpclab.train import make_model, train_step
 
-    device = config.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device='cuda' but no CUDA GPU is visible; allowed here: auto, cpu")
+    where = place(1, config.device)
+    device, on_gpu = where.devices[0], where.device == "cuda"
     shape = parse_shape(config.shape)
     features = int(np.prod(shape))
     records: list[dict[str, Any]] = []
@@ -192,7 +190,7 @@ def run_wait(config: WaitConfig, progress: Progress, on_step=None) -> Result:
         path = prepared(fmt, config.samples, shape)
         kw = {"open_latency_ms": config.open_latency_ms} if fmt.startswith("files") else {}
         loader = make_loader(
-            path, config.batch_size, config.workers, device == "cuda", True, config.steps + 1, **kw
+            path, config.batch_size, config.workers, on_gpu, True, config.steps + 1, **kw
         )
         model = make_model(config.model, in_features=features).to(device)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -220,7 +218,7 @@ def run_wait(config: WaitConfig, progress: Progress, on_step=None) -> Result:
         wait = sum(s[0] for s in steps)
         busy = sum(s[1] for s in steps)
         util = None
-        if device == "cuda":
+        if on_gpu:
             try:
                 util = torch.cuda.utilization()  # NVML, when pynvml is installed
             except Exception:  # noqa: BLE001 - no NVML: leave it out
