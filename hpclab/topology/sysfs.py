@@ -64,7 +64,7 @@ def pci_devices(root: Path = SYSFS_PCI) -> list[dict[str, Any]]:
                 if (dev / "driver").is_symlink()
                 else None,
                 # -1 means "no NUMA information" (one node, or firmware did not say).
-                "numa_node": int(numa) if numa and numa.lstrip("-").isdigit() else None,
+                "numa_node": int(numa) if numa and numa.isdigit() else None,
                 "link_gen": gen_from_speed(_read(dev / "current_link_speed")),
                 "link_width": int(width) if width and width.isdigit() and int(width) > 0 else None,
                 "max_link_gen": gen_from_speed(_read(dev / "max_link_speed")),
