@@ -92,8 +92,10 @@ def crossing_pairs(answer: Any, pairs: list[dict[str, Any]]) -> CheckResult:
     if "unknown" in wrong_levels:
         hints.append("some pairs are not GPU labels of this machine")
     if missing:
-        hints.append(f"{len(missing)} SYS pairs are missing (every GPU on one NUMA node "
-                     "with every GPU on the other)")
+        hints.append(
+            f"{len(missing)} SYS pairs are missing (every GPU on one NUMA node "
+            "with every GPU on the other)"
+        )
     return failed("; ".join(hints) + ".")
 
 
@@ -146,7 +148,9 @@ def copy_time(fn: Callable[[int, float, float, bool], float]) -> CheckResult:
                 hint = "a pageable copy is staged: a host memcpy into a pinned buffer first"
             elif pinned and near(got / (nbytes / (link * 1e9) + nbytes / (host * 1e9)), 1.0, 0.01):
                 hint = "pinned memory needs no staging copy: the GPU reads it directly"
-            elif not pinned and near(got / max(nbytes / (link * 1e9), nbytes / (host * 1e9)), 1.0, 0.01):
+            elif not pinned and near(
+                got / max(nbytes / (link * 1e9), nbytes / (host * 1e9)), 1.0, 0.01
+            ):
                 hint = "the staging copy and the transfer of one buffer run one after the other"
             else:
                 hint = "seconds = bytes / (GB/s x 1e9), plus the staging copy when pageable"
@@ -179,9 +183,13 @@ def pipeline(fn: Callable[[float, float, int], float]) -> CheckResult:
         elif near(got / (c + n * k), 1.0, 1e-6):
             hint = "when the copy is slower than the compute, the copies set the pace"
         else:
-            hint = "steady state costs max(copy, compute) per step; add the pipeline's fill and drain"
+            hint = (
+                "steady state costs max(copy, compute) per step; add the pipeline's fill and drain"
+            )
         return failed(
             f"copy {c * 1e3:g} ms, compute {k * 1e3:g} ms, {n} steps: you return {got:.4g} s, "
             f"expected {want:.4g} s; {hint}."
         )
-    return passed("copy + (steps - 1) x max(copy, compute) + compute, for copy- and compute-bound loops.")
+    return passed(
+        "copy + (steps - 1) x max(copy, compute) + compute, for copy- and compute-bound loops."
+    )

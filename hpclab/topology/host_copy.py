@@ -50,9 +50,9 @@ class HostCopyConfig(Config):
     sizes_kib: tuple = param(
         (4, 64, 1024, 16384, 65536, 262144),
         min=1,
-        max=4 * 2**20,
+        max=2**30,
         quick=(4, 1024, 16384),
-        help="copy sizes in KiB (4 KiB .. 4 GiB)",
+        help="copy sizes in KiB (refused when three buffers of the largest do not fit)",
     )
     memory: tuple = param(
         HOST_MEMORY + GPU_MEMORY,
