@@ -219,8 +219,9 @@ def plot_lanes(result: Result):
     fig = make_subplots(
         rows=1,
         cols=2,
-        column_widths=[0.55, 0.45],
-        subplot_titles=("PCIe, one direction (model)", "links and measured figures"),
+        column_widths=[0.4, 0.6],
+        horizontal_spacing=0.25,
+        subplot_titles=("PCIe, one direction (model)", "links, lane budgets, lectures' figures"),
     )
     for width in WIDTHS:
         rows = [r for r in recs if r.get("table") == "pcie" and r["width"] == width]
@@ -233,18 +234,32 @@ def plot_lanes(result: Result):
             col=1,
         )
     others = [r for r in recs if r.get("table") in ("nvlink", "infiniband", "lecture")]
+    budget = [r for r in recs if r.get("table") == "budget"]
+    colors = {"reference": "#aaa", "model": "#1f77b4"}
     fig.add_bar(
-        y=[r["link"] for r in others],
-        x=[r["gbps_one_way"] for r in others],
+        y=[r["link"] for r in others] + [f"{r['link']}: per GPU" for r in budget],
+        x=[r["gbps_one_way"] for r in others] + [r["host_gbps_per_gpu"] for r in budget],
         orientation="h",
-        marker={"color": ["#aaa" if r["tier"] == "reference" else "#1f77b4" for r in others]},
-        hovertext=[r["source"] for r in others],
-        name="one way (grey: lectures' figures)",
+        marker={
+            "color": [colors[r["tier"]] for r in others]
+            + ["#ff7f0e" if r["link"] == "what-if" else "#fdae6b" for r in budget]
+        },
+        hovertext=[r["source"] for r in others]
+        + [
+            f"{r['gpus']} GPUs on {r['cpu_lanes']} lanes: x{r['slot_width']} slots, "
+            f"{r['gpus_per_switch']} per switch uplink (all copying at once)"
+            for r in budget
+        ],
+        name="GB/s one way (grey: the lectures' figures; orange: lane budgets)",
         row=1,
         col=2,
     )
     fig.update_yaxes(type="log", title="GB/s", row=1, col=1)
     fig.update_xaxes(title="PCIe generation", dtick=1, row=1, col=1)
     fig.update_xaxes(type="log", title="GB/s one way", row=1, col=2)
-    fig.update_layout(height=460, title="Lanes arithmetic: rate x lanes x encoding / 8")
+    fig.update_layout(
+        height=560,
+        title="Lanes arithmetic: rate x lanes x encoding / 8",
+        legend={"orientation": "h", "y": -0.15},
+    )
     return fig

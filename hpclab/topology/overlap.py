@@ -206,6 +206,10 @@ def plot_overlap(result: Result):
             name=op,
             hovertext=[f"step {e['step']}" for e in rows],
         )
+    # Top to bottom: serial copy, serial compute, overlapped copy, overlapped compute.
+    modes = dict.fromkeys((e["mode"], e["tier"]) for e in events)
+    order = [f"{m} ({t}) {op}" for m, t in modes for op in ("copy", "compute")]
+    fig.update_yaxes(categoryorder="array", categoryarray=order[::-1])
     fig.update_layout(
         title="Copy/compute timeline: serial vs overlapped (ms)",
         xaxis={"title": "ms since the loop started"},

@@ -81,7 +81,13 @@ def plot_p2p(result: Result):
     if not rows:
         note = next((r["note"] for r in result.records if r.get("note")), "no copies")
         fig = go.Figure()
-        fig.update_layout(title=note[:90], height=200)
+        fig.add_annotation(text=note, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+        fig.update_layout(
+            title="GPU to GPU: nothing to measure here",
+            height=180,
+            xaxis={"visible": False},
+            yaxis={"visible": False},
+        )
         return fig
     gpus = sorted({r["src"] for r in rows} | {r["dst"] for r in rows})
     fig = make_subplots(rows=1, cols=2, subplot_titles=("direct (P2P if allowed)", "via host"))
