@@ -81,10 +81,11 @@ def test_bad_xml_and_unknown_machine(tmp_path):
 
 @pytest.mark.skipif(hwloc.lstopo_command() is None, reason="hwloc's lstopo is not installed")
 def test_this_node_and_replay_agree_with_lstopo():
-    topo = hwloc.load("this")
     import os
 
-    assert topo.counts()["pu"] == os.cpu_count()
+    topo = hwloc.load("this")
+    # lstopo shows the processing units this process may use (a cgroup/Slurm cpuset) or all
+    assert len(os.sched_getaffinity(0)) <= topo.counts()["pu"] <= os.cpu_count()
     text = hwloc.replay_console(hwloc.machine_path("dgx2"))
     assert text.count("nvml") == 16 and "Package L#1" in text
 
@@ -204,3 +205,20 @@ def test_topology_this_node_says_what_it_sees():
     assert len(fig.data) >= 2
     if shutil.which("nvidia-smi") is None and not summary["gpus"]:
         assert "driver" in summary["note"] or "installed" in summary["note"]
+
+
+def test_this_node_without_hwloc_falls_back_to_sysfs(monkeypatch, tmp_path):
+    monkeypatch.setattr(hwloc, "lstopo_command", lambda: None)
+    gpu = tmp_path / "0000:3b:00.0"
+    gpu.mkdir()
+    for name, text in {"class": "0x030200", "vendor": "0x10de", "numa_node": "0"}.items():
+        (gpu / name).write_text(text)
+    monkeypatch.setattr(sysfs, "SYSFS_PCI", tmp_path)
+    monkeypatch.setattr(sysfs.pci_devices, "__defaults__", (tmp_path,))
+    res = experiments.run("topology")
+    summary = res.records[0]
+    assert "lstopo is not installed" in summary["note"] and "sysfs alone" in summary["note"]
+    assert summary["gpus"] == 1
+    (obj,) = [r for r in res.records if r.get("kind") == "gpu"]
+    assert obj["label"] == "GPU0" and obj["numa_node"] == 0
+    assert len(experiments.get("topology").plot(res).data) >= 2

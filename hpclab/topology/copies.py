@@ -9,7 +9,8 @@ Host memory comes in kinds:
 
 - ``warm``: a buffer allocated and written before timing: its pages are mapped;
 - ``first-touch``: a fresh anonymous mapping for every copy: each 4 KiB page faults into
-  existence on first write (the kernel zeroes it), which costs about as much as the copy;
+  existence on first write (the kernel zeroes it), which often costs more than the copy itself
+  (in a virtual machine every fault also goes through the hypervisor's page tables);
 - ``locked``: a warm buffer pinned in RAM with ``mlock`` (the host side of CUDA's pinned memory:
   the driver can DMA from pages that cannot move);
 - ``pageable`` / ``pinned``: host buffers for a GPU copy; a pageable copy is staged by the driver

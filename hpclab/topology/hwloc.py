@@ -134,12 +134,13 @@ def this_node_xml(timeout_s: float = 30.0) -> str:
 
 
 def replay_console(path: Path, timeout_s: float = 30.0) -> str:
-    """``lstopo --input FILE.xml`` as text (hwloc replaying another machine); '' without hwloc."""
+    """``lstopo --input FILE.xml`` as text (hwloc replaying another machine), caches and
+    hardware threads left out; '' without hwloc."""
     exe = lstopo_command()
     if exe is None:
         return ""
     proc = subprocess.run(
-        [exe, "--input", str(path), "--of", "console"],
+        [exe, "--input", str(path), "--of", "console", "--filter", "cache:none", "--no-smt"],
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -271,12 +272,12 @@ def parse_xml(text: str, name: str = "machine", source: str = "") -> Topology:
     walk(top, None, 0, 0, None)
     infos = {i.get("name", ""): i.get("value", "") for i in top.findall("info")}
     topo = Topology(name=name, source=source, objects=objects, info=infos)
-    _gpu_names(topo)
+    name_gpus(topo)
     topo.nvlink_gbps = _nvlink(root, topo, gp_to_id)
     return topo
 
 
-def _gpu_names(topo: Topology) -> None:
+def name_gpus(topo: Topology) -> None:
     """Number GPUs gpu0, gpu1, ... in PCI order and keep the model from their OS device."""
     index = topo.by_id()
     for i, gpu in enumerate(topo.of_kind("gpu")):

@@ -57,6 +57,7 @@ def _this_node(progress: Progress) -> tuple[hwloc.Topology, list[dict[str, Any]]
             )
             objects[-1].update(depth=1, link_gbps=None)
         topo = hwloc.Topology("this node", "sysfs", objects)
+        hwloc.name_gpus(topo)
     by_bus = {d["pci_busid"]: d for d in devices}
     for o in topo.objects:
         link = by_bus.get(o.get("pci_busid") or "")
