@@ -60,8 +60,8 @@ def test_gpu_kinds_without_a_gpu_say_so_in_one_sentence():
     )
     refs = [r for r in res.records if r["tier"] == "reference"]
     assert {r["gbps"] for r in refs} == {6.0, 55.6} and all(r["source"] for r in refs)
-    p2p = experiments.run("p2p")
-    assert "two GPUs" in p2p.records[0]["note"]
+    p2p = experiments.run("p2p", processes=False)
+    assert "two GPUs" in p2p.records[0]["note"] and len(p2p.records) == 1
     with pytest.raises(ConfigError, match="no GPU"):
         experiments.run("host-copy", device="cuda:1")
 
@@ -97,3 +97,17 @@ def test_overlap_experiment_on_this_machine():
         assert compute["seconds"] == pytest.approx(totals["serial"]["compute_s"])
         assert "CUDA" in totals["serial"]["note"]
     assert len(experiments.get("overlap").plot(res).data) == 2
+
+
+def test_process_copies_one_hop_beats_extra_buffers():
+    """The CPU analogue of P2P vs staging: shared memory vs gloo vs a pickled object."""
+    if torch.cuda.is_available():
+        pytest.skip("the GPU path measures GPU pairs instead")
+    res = experiments.run("p2p", size_mib=16, repeat=3)
+    by = {r["method"]: r for r in res.records if r.get("record") == "process"}
+    assert set(by) == {"shared memory", "gloo send/recv", "pickled object"}
+    assert all(r["bytes"] == 16 * 2**20 and r["repeats"] == 3 for r in by.values())
+    # best samples: one memory-to-memory hop, then the socket, then pickle + socket + unpickle
+    assert by["shared memory"]["seconds_min"] < by["pickled object"]["seconds_min"]
+    assert by["gloo send/recv"]["seconds_min"] < by["pickled object"]["seconds_min"]
+    assert len(experiments.get("p2p").plot(res).data) == 1

@@ -7,8 +7,9 @@ two GPUs uses P2P when the pair allows it (``torch.cuda.can_device_access_peer``
 IOMMU on the path, or a pair crossing the sockets, often forbids it).
 
 With two or more GPUs, every ordered pair is measured both ways and the matrix plotted.
-With fewer, the experiment says so in one sentence and the bundled topologies' GPU-pair
-matrices (``hpclab run topology --from dgx2``) carry the lesson.
+With fewer, the experiment says so in one sentence, and the same lesson is measured between two
+CPU processes (:mod:`hpclab.topology.process_copy`): shared memory vs gloo send/recv vs a
+pickled object, i.e. one hop vs going through extra buffers.
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ from hpclab.compute import device as dev
 from hpclab.config import Config, param
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
-from hpclab.topology import copies
+from hpclab.topology import copies, process_copy
 
 
 @dataclass(frozen=True)
 class P2PConfig(Config):
     size_mib: int = param(256, min=1, max=8192, quick=16, help="MiB per copy")
     repeat: int = param(10, min=3, max=1000, quick=5, help="timed repeats per pair")
+    processes: bool = param(True, help="also move the bytes between two CPU processes")
 
 
 def run_p2p(config: P2PConfig, progress: Progress) -> Result:
@@ -68,6 +70,19 @@ def run_p2p(config: P2PConfig, progress: Progress) -> Result:
                     **t.summary(),
                 }
             )
+    if config.processes:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            records.append(
+                {
+                    "tier": "live",
+                    "record": "note",
+                    "note": "The two-process copies need a fresh kernel: CUDA is initialised "
+                    "here and does not survive fork.",
+                }
+            )
+        else:
+            dev.ensure_fits(4 * nbytes, "cpu", f"{config.size_mib} MiB in two processes")
+            records += process_copy.measure(nbytes, config.repeat, progress)
     progress.update(1, 1, "done")
     return make_result("p2p", config, records)
 
@@ -78,6 +93,23 @@ def plot_p2p(result: Result):
     from plotly.subplots import make_subplots
 
     rows = [r for r in result.records if r.get("record") == "copy"]
+    procs = [r for r in result.records if r.get("record") == "process"]
+    if not rows and procs:
+        fig = go.Figure(
+            go.Bar(
+                x=[r["method"] for r in procs],
+                y=[r["gbps"] for r in procs],
+                text=[f"{r['gbps']:.2f} GB/s" for r in procs],
+                marker={"color": ["#2ca02c", "#ff7f0e", "#d62728"][: len(procs)]},
+            )
+        )
+        fig.update_layout(
+            title=f"Rank 0 -> rank 1, {procs[0]['bytes'] >> 20} MiB: one hop vs extra buffers "
+            "(two CPU processes, live)",
+            yaxis={"title": "GB/s"},
+            height=380,
+        )
+        return fig
     if not rows:
         note = next((r["note"] for r in result.records if r.get("note")), "no copies")
         fig = go.Figure()
