@@ -9,7 +9,7 @@ added; a copy in one direction gets half.
 Nakayama 2017 teaches the lane budget: one lane of gen 3 gives about 1 GB/s ("x1 = 500 MB/s one
 way" is gen 2's figure), x16 about 16 GB/s; a 40-lane Xeon fits only two x16 GPUs; two sockets
 give 80 lanes and four GPUs, joined by QPI; a board with PCIe switches carries eight GPUs,
-sharing each switch's uplink. Mao 2015 measured such a node (SHARCNET's Monk): about 6 GB/s
+sharing each switch's uplink. Mao 2015 draws such a node (SHARCNET's Monk): about 6 GB/s
 through the PCIe switch and 5 GB/s over InfiniBand.
 """
 
@@ -178,7 +178,7 @@ def run_lanes(config: LanesConfig, progress: Progress) -> Result:
 
 
 def reference_records() -> list[dict[str, Any]]:
-    """The lectures' figures and a published measurement, each with its source."""
+    """The lectures' figures, each with its source."""
     return [
         {
             "tier": "reference",
@@ -197,14 +197,14 @@ def reference_records() -> list[dict[str, Any]]:
         {
             "tier": "reference",
             "table": "lecture",
-            "link": "Monk PCIe switch (measured)",
+            "link": "Monk PCIe switch (Mao 2015)",
             "gbps_one_way": 6.0,
             "source": "Mao 2015 (Monk node: ~6 GB/s through the PCIe switch)",
         },
         {
             "tier": "reference",
             "table": "lecture",
-            "link": "Monk InfiniBand (measured)",
+            "link": "Monk InfiniBand (Mao 2015)",
             "gbps_one_way": 5.0,
             "source": "Mao 2015 (Monk cluster: ~5 GB/s over InfiniBand)",
         },
