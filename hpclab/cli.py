@@ -49,7 +49,8 @@ def _tuple_parser(default: tuple) -> Any:
 
 def _add_config_flags(parser: argparse.ArgumentParser, config_cls: Any) -> None:
     for f in config_cls.describe():
-        flag = "--" + f["name"].replace("_", "-")
+        # A trailing underscore lets a field use a Python keyword as its flag (from_ -> --from).
+        flag = "--" + f["name"].rstrip("_").replace("_", "-")
         default = f["default"]
         help_text = f"{f['help']} (default {default!r}; allowed: {f['allowed']})"
         if isinstance(default, bool):
