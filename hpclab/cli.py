@@ -127,15 +127,14 @@ def _cmd_run(argv: list[str]) -> int:
         config = exp.config.create(**params)
     except ConfigError as err:
         _fail(str(err))
-    from hpclab.dist import RankError
-    from hpclab.storage import StorageError
+    from hpclab.config import RunError
 
     progress = Progress(stderr_bar())
     try:
         result = exp.run(config, progress)
     except ConfigError as err:
         _fail(str(err))
-    except (RankError, StorageError) as err:
+    except RunError as err:
         _fail(str(err), code=1)
     except (KeyboardInterrupt, Cancelled):
         _fail("cancelled", code=130)

@@ -15,6 +15,8 @@ import re
 import signal
 from dataclasses import dataclass
 
+from hpclab.config import RunError
+
 # How gloo and NCCL report a peer that died or never answered. A rank failing with one of these
 # is a consequence when another rank failed otherwise.
 _PEER_LOSS = re.compile(
@@ -67,7 +69,7 @@ def one_line(text: str, limit: int = 200) -> str:
     return first if len(first) <= limit else first[: limit - 3] + "..."
 
 
-class RankError(RuntimeError):
+class RankError(RunError):
     """A multi-rank run failed. The first line names the root cause; ``rank`` is that rank.
 
     ``summary`` is the root cause in one line ("ValueError: ...", "was killed by SIGKILL

@@ -28,11 +28,13 @@ from typing import Any
 
 import numpy as np
 
+from hpclab.config import RunError
+
 MANIFEST = "manifest.json"
 FORMATS = ("lmdb", "hdf5", "files-npy", "files-png", "shards", "memmap")
 
 
-class StorageError(RuntimeError):
+class StorageError(RunError):
     """A storage problem with one line naming the file (missing, corrupt, full disk, quota)."""
 
 

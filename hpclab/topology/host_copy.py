@@ -17,6 +17,7 @@ import torch
 
 from hpclab.compute import device as dev
 from hpclab.config import Config, ConfigError, param
+from hpclab.dist.placement import DEVICES, place
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 from hpclab.topology import copies, lanes, sysfs
@@ -46,7 +47,7 @@ REFERENCES = [
 
 @dataclass(frozen=True)
 class HostCopyConfig(Config):
-    device: str = param("auto", help="auto (GPU 0 if any, else cpu), cpu, cuda or cuda:N")
+    device: str = param("auto", choices=DEVICES, help="auto (GPU 0 if any, else cpu), cpu or cuda")
     sizes_kib: tuple = param(
         (4, 64, 1024, 16384, 65536, 262144),
         min=1,
@@ -67,15 +68,12 @@ class HostCopyConfig(Config):
     def check(self) -> None:
         if not self.sizes_kib:
             raise ConfigError("sizes_kib=() is empty; give at least one size in 1..4194304 KiB")
-        if self.device not in ("auto", "cpu"):
-            dev.resolve_devices(self.device)  # refuses a GPU index that does not exist
+        place(1, self.device)  # the one device policy: refuses 'cuda' where no GPU is visible
 
 
 def resolve(device: str) -> str:
-    """``auto`` -> ``cuda:0`` where a GPU is visible, else ``cpu``."""
-    if device == "auto":
-        return "cuda:0" if dev.gpu_count() else "cpu"
-    return dev.resolve_devices(device)[0]
+    """The device one process gets (:func:`hpclab.dist.place`): ``cuda:0`` or ``cpu``."""
+    return place(1, device).devices[0]
 
 
 def link_of(device: str) -> dict[str, Any]:

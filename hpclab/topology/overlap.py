@@ -22,6 +22,7 @@ import torch
 
 from hpclab.compute import device as dev
 from hpclab.config import Config, param
+from hpclab.dist.placement import DEVICES
 from hpclab.measure.timing import time_fn
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
@@ -30,7 +31,7 @@ from hpclab.topology import copies
 
 @dataclass(frozen=True)
 class OverlapConfig(Config):
-    device: str = param("auto", help="auto (GPU 0 if any, else cpu), cpu, cuda or cuda:N")
+    device: str = param("auto", choices=DEVICES, help="auto (GPU 0 if any, else cpu), cpu or cuda")
     steps: int = param(8, min=2, max=1000, quick=4, help="training steps")
     batch_mib: int = param(64, min=1, max=8192, help="MiB copied per step")
     compute_n: int = param(2048, min=64, max=16384, quick=256, help="n of the n x n matmul")
