@@ -1,0 +1,17 @@
+"""Chapter 08's experiment registry (read by :func:`hpclab.experiments.registry`)."""
+
+from __future__ import annotations
+
+from hpclab.experiments import Experiment
+from hpclab.search.search_experiment import SearchConfig, plot_search, run_search
+
+EXPERIMENTS = [
+    Experiment(
+        name="search",
+        chapter="08",
+        help="hyper-parameter search: grid/random/tpe trials, sequential or on Celery workers",
+        config=SearchConfig,
+        run=run_search,
+        plot=plot_search,
+    ),
+]
