@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hpclab.experiments import Experiment
+from hpclab.search.autotune import AutotuneConfig, plot_autotune, run_autotune
 from hpclab.search.search_experiment import SearchConfig, plot_search, run_search
 
 EXPERIMENTS = [
@@ -13,5 +14,13 @@ EXPERIMENTS = [
         config=SearchConfig,
         run=run_search,
         plot=plot_search,
+    ),
+    Experiment(
+        name="autotune",
+        chapter="08",
+        help="prune a space of threads x batch x dtype x memory format, benchmark the rest",
+        config=AutotuneConfig,
+        run=run_autotune,
+        plot=plot_autotune,
     ),
 ]
