@@ -283,7 +283,9 @@ def stale(
     sources = _solutions(solutions_dir)
     for sol in sources:
         if _annotated_text(sol) != sol.read_text():
-            problems.append(f"{sol} lacks its nbgrader cell metadata (hpclab exercises build adds it)")
+            problems.append(
+                f"{sol} lacks its nbgrader cell metadata (hpclab exercises build adds it)"
+            )
         target = out_dir / sol.name
         if not target.exists():
             problems.append(f"{target} is missing")

@@ -56,7 +56,10 @@ def grading() -> bool:
 
 
 def is_stub(obj: object) -> bool:
-    """A function whose code still raises ``NotImplementedError`` (the exercise's stub)."""
+    """A function (or a class with a method) whose code still raises ``NotImplementedError``:
+    the exercise's stub."""
+    if isinstance(obj, type):
+        return any(is_stub(v) for v in vars(obj).values() if isinstance(v, types.FunctionType))
     code = getattr(obj, "__code__", None)
     stack = [code] if isinstance(code, types.CodeType) else []
     while stack:

@@ -249,10 +249,12 @@ def _lazy_dataset(cls: type, path: str, log: _Log, src: Any, samples: int) -> Ch
             "per process (on the first __getitem__) and keep the handle"
         )
     if parent.get("scan") or parent.get("get", 0) > 2:
+        whole = parent.get("scan") or parent.get("get", 0) >= samples
         return failed(
             f"reading 2 items read {parent.get('get', 0)} records"
             + (" and walked a cursor" if parent.get("scan") else "")
-            + ": read only the record asked for (txn.get(key)), not the whole database"
+            + ": read only the record asked for, once"
+            + (" (not the whole database)" if whole else "")
         )
     try:
         x, y = _read_all(ds, log, batch=40)
@@ -281,7 +283,7 @@ def _lazy_dataset(cls: type, path: str, log: _Log, src: Any, samples: int) -> Ch
             return failed(
                 f"a worker read {c.get('get', 0)} records"
                 + (" and walked a cursor" if c.get("scan") else "")
-                + f" for {c.get('item', 0)} items: read only the record asked for"
+                + f" for {c.get('item', 0)} items: read only the record asked for, once"
             )
     want_x = np.stack([src.sample(i)[0] for i in range(samples)])
     want_y = np.array([src.sample(i)[1] for i in range(samples)])
