@@ -95,6 +95,17 @@ def prune(cfg: AutotuneConfig, info: dict[str, Any]) -> list[tuple[dict[str, Any
     return out
 
 
+def pruning_table(cfg: AutotuneConfig, info: dict[str, Any]) -> Any:
+    """How many candidates each constraint removes on ``info``'s machine, and how many remain."""
+    import pandas as pd
+
+    counts: dict[str, int] = {}
+    for _, why in prune(cfg, info):
+        key = why or "kept: measured"
+        counts[key] = counts.get(key, 0) + 1
+    return pd.DataFrame({"candidates": counts}).rename_axis("constraint")
+
+
 def measure(candidate: dict[str, Any], side: int, repeat: int) -> tuple[float, float, float]:
     """Samples/s of the training step with ``candidate``: median, min and max of ``repeat``."""
     import contextlib

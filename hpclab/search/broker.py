@@ -38,6 +38,17 @@ class BrokerError(RuntimeError):
     """The broker or a worker could not be started or reached (one line says which and how)."""
 
 
+def broker_problem() -> str | None:
+    """None when the Celery backend can run here, else one sentence saying what is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec("celery") is None or importlib.util.find_spec("redis") is None:
+        return "Celery is not installed in this environment (pip install 'celery[redis]'): only the sequential backend runs."
+    if not (shutil.which("redis-server") or Path("/usr/bin/redis-server").exists()):
+        return "redis-server is not installed here (apt-get install redis-server): only the sequential backend runs."
+    return None
+
+
 @dataclass
 class Redis:
     socket: Path

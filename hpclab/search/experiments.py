@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hpclab.experiments import Experiment
 from hpclab.search.autotune import AutotuneConfig, plot_autotune, run_autotune
+from hpclab.search.compare import StrategiesConfig, plot_strategies, run_strategies
 from hpclab.search.search_experiment import SearchConfig, plot_search, run_search
 
 EXPERIMENTS = [
@@ -14,6 +15,14 @@ EXPERIMENTS = [
         config=SearchConfig,
         run=run_search,
         plot=plot_search,
+    ),
+    Experiment(
+        name="search-strategies",
+        chapter="08",
+        help="grid vs random vs model-based search at equal budget, over several seeds",
+        config=StrategiesConfig,
+        run=run_strategies,
+        plot=plot_strategies,
     ),
     Experiment(
         name="autotune",

@@ -36,6 +36,9 @@ class SearchConfig(Config):
     workers: int = param(2, min=1, max=64, help="parallel workers (celery)")
     epochs: int = param(4, min=1, max=100, quick=2, help="epochs per trial")
     seed: int = param(0, min=0, max=2**31 - 1, help="seed of the strategy and the trials")
+    samples: int = param(
+        0, min=0, max=100_000, quick=300, help="training samples per trial (0 = all 1348)"
+    )
 
 
 def _record(index: int, params: dict, out: dict, t_submit: float, t_end: float, t0: float) -> dict:
@@ -61,7 +64,7 @@ def _sequential(cfg: SearchConfig, searcher: Searcher, progress: Progress) -> li
         index, params = batch[0]
         progress.update(len(records), cfg.trials, f"trial {index + 1}/{cfg.trials}")
         t_submit = time.perf_counter()
-        out = run_trial(params, epochs=cfg.epochs, seed=cfg.seed)
+        out = run_trial(params, epochs=cfg.epochs, seed=cfg.seed, samples=cfg.samples)
         searcher.tell(index, out["val_loss"])
         records.append(_record(index, params, out, t_submit, time.perf_counter(), t0))
     return records
@@ -83,7 +86,7 @@ def _celery(cfg: SearchConfig, searcher: Searcher, progress: Progress) -> list[d
         lost: set[int] = set()
 
         def send(index: int, params: dict) -> None:
-            res = app.send_task("hpclab.trial", args=[params, cfg.epochs, cfg.seed])
+            res = app.send_task("hpclab.trial", args=[params, cfg.epochs, cfg.seed, cfg.samples])
             running[index] = (res, params, time.perf_counter())
 
         def submit(n: int) -> None:
@@ -171,6 +174,34 @@ def run_search(cfg: SearchConfig, progress: Progress) -> Result:
         )
     progress.update(cfg.trials, cfg.trials, "")
     return make_result("search", cfg, records)
+
+
+def backends_table(results: list[Result]) -> Any:
+    """One row per search: backend, trials, wall time, median trial and overhead, utilisation."""
+    import statistics
+
+    import pandas as pd
+
+    rows = []
+    for res in results:
+        recs = res.records
+        rows.append(
+            {
+                "backend": recs[0]["backend"],
+                "workers": res.config.get("workers", 1)
+                if recs[0]["backend"] != "sequential"
+                else 1,
+                "trials": len(recs),
+                "wall (s)": round(recs[0]["wall_s"], 2),
+                "median trial (s)": round(statistics.median(r["seconds"] for r in recs), 3),
+                "median overhead (ms)": round(
+                    statistics.median(r["overhead_s"] for r in recs) * 1e3, 1
+                ),
+                "utilisation": f"{recs[0]['utilisation']:.0%}",
+                "best loss": round(min(r["val_loss"] for r in recs), 3),
+            }
+        )
+    return pd.DataFrame(rows).set_index("backend")
 
 
 def plot_search(result: Result) -> Any:

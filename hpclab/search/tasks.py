@@ -45,10 +45,10 @@ def _echo(x: Any) -> Any:
     return x
 
 
-def _trial(params: dict[str, Any], epochs: int, seed: int) -> dict[str, Any]:
+def _trial(params: dict[str, Any], epochs: int, seed: int, samples: int = 0) -> dict[str, Any]:
     from hpclab.search.trial import run_trial
 
-    return run_trial(params, epochs=epochs, seed=seed)
+    return run_trial(params, epochs=epochs, seed=seed, samples=samples)
 
 
 # The worker's app (celery -A hpclab.search.tasks): only when a broker is configured.

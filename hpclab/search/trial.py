@@ -45,8 +45,12 @@ def run_trial(
     epochs: int = 4,
     seed: int = 0,
     report: Callable[[int, float], bool] | None = None,
+    samples: int = 0,
 ) -> dict[str, Any]:
     """Train with ``params`` for ``epochs``; return ``val_loss``, ``val_acc``, ``seconds``.
+
+    ``samples`` > 0 trains on the first ``samples`` of the (fixed) training split only: quicker
+    trials for quick mode; the validation split stays whole, so losses stay comparable.
 
     ``report(epoch, val_loss) -> stop`` is called after each epoch (a pruner's hook: return True
     to stop a hopeless trial early; the record then says ``pruned``). A diverged trial (loss NaN
@@ -60,6 +64,8 @@ def run_trial(
     p = {**DEFAULTS, **params}
     t0 = time.perf_counter()
     xt, yt, xv, yv = _split(seed)
+    if samples:
+        xt, yt = xt[:samples], yt[:samples]
     model = make_model(p["model"], in_features=xt.shape[1], seed=seed)
     opt = torch.optim.SGD(
         model.parameters(),
