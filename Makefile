@@ -20,9 +20,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# scripts/lab.sh creates the venv and installs what is missing (torch: $(TORCH_SPEC)).
+# scripts/lab.sh creates the venv and installs what is missing (torch: $(TORCH_SPEC)), then
+# serves LAB_ROOT (default: the repository, so notebooks/, exercises/ and solutions/ show).
+LAB_ROOT ?=
 lab:
-	HPCLAB_VENV=$(VENV) HPCLAB_TORCH_SPEC="$(TORCH_SPEC)" bash scripts/lab.sh
+	HPCLAB_VENV=$(VENV) HPCLAB_TORCH_SPEC="$(TORCH_SPEC)" bash scripts/lab.sh $(LAB_ROOT)
 
 lint: install
 	$(BIN)/ruff check .
