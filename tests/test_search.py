@@ -108,3 +108,19 @@ def test_a_worker_killed_mid_trial_loses_no_trial():
     assert all(math.isfinite(r["val_loss"]) and not r.get("error") for r in records), records
     assert sum(r["retries"] for r in records) >= 1
     assert _leftovers() == []
+
+
+def test_a_broker_that_cannot_start_is_one_line_and_exit_1(tmp_path):
+    import subprocess
+    import sys
+
+    env = dict(os.environ, HPCLAB_REDIS_SERVER=str(tmp_path / "no-redis-server"))
+    out = subprocess.run(
+        [sys.executable, "-m", "hpclab.cli", "run", "search", "--backend", "celery", "--trials", "1"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert "redis-server not found" in last and "HPCLAB_REDIS_SERVER" in last
+    assert "Traceback" not in out.stderr
+    assert _leftovers() == []

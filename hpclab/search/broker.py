@@ -31,11 +31,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpclab.config import RunError
+
 BROKER_ENV = "HPCLAB_CELERY_BROKER"
 
 
-class BrokerError(RuntimeError):
+class BrokerError(RunError):
     """The broker or a worker could not be started or reached (one line says which and how)."""
+
+
+def redis_server() -> str:
+    """The redis-server binary: ``$HPCLAB_REDIS_SERVER`` (a site module's), else the PATH's."""
+    return (
+        os.environ.get("HPCLAB_REDIS_SERVER")
+        or shutil.which("redis-server")
+        or "/usr/bin/redis-server"
+    )
 
 
 def broker_problem() -> str | None:
@@ -44,7 +55,7 @@ def broker_problem() -> str | None:
 
     if importlib.util.find_spec("celery") is None or importlib.util.find_spec("redis") is None:
         return "Celery is not installed in this environment (pip install 'celery[redis]'): only the sequential backend runs."
-    if not (shutil.which("redis-server") or Path("/usr/bin/redis-server").exists()):
+    if not Path(redis_server()).exists():
         return "redis-server is not installed here (apt-get install redis-server): only the sequential backend runs."
     return None
 
@@ -62,11 +73,11 @@ class Redis:
 
 def start_redis(timeout_s: float = 10.0) -> Redis:
     """Start ``redis-server`` on a unix socket in a fresh 0700 directory; wait until it answers."""
-    exe = shutil.which("redis-server") or "/usr/bin/redis-server"
+    exe = redis_server()
     if not Path(exe).exists():
         raise BrokerError(
-            "redis-server not found: install it (apt-get install redis-server), or use "
-            "backend='sequential'"
+            f"redis-server not found ({exe}): install it (apt-get install redis-server, or point "
+            "HPCLAB_REDIS_SERVER at one), or use backend='sequential'"
         )
     d = Path(tempfile.mkdtemp(prefix="hpclab-redis-"))
     sock = d / "redis.sock"
