@@ -84,6 +84,15 @@ class KeepsInheritedOpen(LazyLMDB):
         return self.env.begin()
 
 
+class OpensOnceEver(LazyLMDB):
+    """Lazy, but never again after a fork: workers use the handle the parent opened."""
+
+    def _txn(self):
+        if self.env is None:
+            self.env = lmdb.open(self.path, readonly=True, lock=False, readahead=False)
+        return self.env.begin()
+
+
 class OpensPerItem(LazyLMDB):
     def __getitem__(self, i):
         env = lmdb.open(self.path, readonly=True, lock=False)  # a new open for every item
@@ -158,6 +167,7 @@ def test_lazy_dataset_rejects_a_handle_opened_in_init():
         (ReadsAllOnFirstUse, "walked a cursor"),
         (ReadsTwice, "read 4 records: read only the record asked for, once"),
         (KeepsInheritedOpen, "close the inherited one before opening your own"),
+        (OpensOnceEver, "used the handle inherited from the parent"),
     ],
 )
 def test_lazy_dataset_checks_the_mechanism_not_only_the_samples(cls, advice):
