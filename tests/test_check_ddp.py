@@ -173,6 +173,8 @@ def test_busbw_accepts_the_formula():
         (lambda b, s, n: b / s / 1e9 * 2 * (2 - 1) / 2, "that is algbw"),
         (lambda b, s, n: b / s / 1e9 * 2, "factor 2"),
         (lambda b, s, n: b / s / 1e9 * 2 * (n - 1), "left out the /n"),
+        (lambda b, s, n: b / s / 1e9 * (n - 1) / n, "left out the 2"),
+        (lambda b, s, n: b / s / 1e9 * n / (2 * (n - 1)), "divided by 2(n-1)/n"),
         (lambda b, s, n: b / s / 2**30 * 2 * (n - 1) / n, "GiB"),
         (lambda b, s, n: 8 * b / s / 1e9 * 2 * (n - 1) / n, "bits"),
         (lambda b, s, n: b / s / 1e6 * 2 * (n - 1) / n, "MB/s"),
@@ -226,6 +228,7 @@ def test_efficiency_accepts_the_model():
         (lambda c, m, n, a, b: eff_solution(c, 8 * m, n, a, b), "bytes, not bits"),
         (lambda c, m, n, a, b: c / (c + 2 * (n - 1) / n * m / b), "latency term is missing"),
         (lambda c, m, n, a, b: c / (c + a + 2 * (n - 1) / n * m / b), "not once"),
+        (lambda c, m, n, a, b: c / (c + 2 * (n - 1) * (a + m / b)), "m/n bytes"),
         (lambda c, m, n, a, b: eff_solution(c, m, 2, a, b), "expected"),  # n ignored
     ],
 )
