@@ -290,7 +290,7 @@ def test_workers_does_not_demand_zero_when_zero_is_close():
 def test_workers_accepts_zero_only_when_every_worker_count_is_far_slower():
     table = {0: 20000.0, 1: 9000.0, 2: 12000.0}  # cheap samples: the transfer costs more
     r = check.workers(0, table)
-    assert r.passed and "too cheap" in r.message
+    assert r.passed, r.message
     r = check.workers(2, table)
     assert not r.passed and "more than 10% below" in r.message
 
