@@ -36,8 +36,9 @@ END = "### END SOLUTION"
 HINT = "### HINT:"
 _BANNER = (
     "*Exercise notebook generated from `solutions/{name}` by `hpclab exercises build`; "
-    "edit the solution, not this file.* Replace each `raise NotImplementedError(...)` with your "
-    "code, then run the check cell below it."
+    "edit the solution, not this file.* Replace each `...` and each "
+    "`raise NotImplementedError(...)` with your code, then run the check cell below it. An "
+    "exercise you have not done yet only makes its own check say NOT YET: Run All reaches the end."
 )
 _NAME = re.compile(r"^\d\d_.*\.ipynb$")
 

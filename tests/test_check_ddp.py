@@ -52,6 +52,26 @@ def no_set_epoch(ctx, steps, per_rank_batch, seed):
     return _train(ctx, steps, per_rank_batch, seed, set_epoch=False)
 
 
+def two_replicas(ctx, steps, per_rank_batch, seed):
+    """num_replicas hard-coded to the notebook's 2 ranks: right only in the default case."""
+    data = ex.exercise_data(seed)
+    model = ex.exercise_model(seed)
+    smp = DistributedSampler(data, num_replicas=2, rank=ctx.rank % 2, seed=seed)
+    loader = DataLoader(data, batch_size=per_rank_batch, sampler=smp)
+    net = DDP(model)
+    opt = torch.optim.SGD(net.parameters(), lr=ex.LR)
+    done, epoch = 0, 0
+    while done < steps:
+        smp.set_epoch(epoch)
+        for x, y in loader:
+            if done == steps:
+                break
+            train_step(net, opt, x, y)
+            done += 1
+        epoch += 1
+    return torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+
+
 def not_done(ctx, steps, per_rank_batch, seed):
     raise NotImplementedError("write your code here")
 
@@ -59,7 +79,9 @@ def not_done(ctx, steps, per_rank_batch, seed):
 def test_ddp_training_accepts_solution_and_names_mistakes():
     ok = check.ddp_training(solution)
     assert ok.passed, ok.message
-    assert "same weights as one process with batch 32" in ok.message
+    assert "same weights as one process with batch 32 and 64" in ok.message
+    r = check.ddp_training(two_replicas)
+    assert not r.passed and "on 4 ranks the weights differ" in r.message
     r = check.ddp_training(no_sampler)
     assert not r.passed and "DistributedSampler" in r.message
     r = check.ddp_training(no_wrap)
@@ -173,6 +195,8 @@ def test_busbw_accepts_the_formula():
         (lambda b, s, n: b / s / 1e9 * 2 * (2 - 1) / 2, "that is algbw"),
         (lambda b, s, n: b / s / 1e9 * 2, "factor 2"),
         (lambda b, s, n: b / s / 1e9 * 2 * (n - 1), "left out the /n"),
+        (lambda b, s, n: b / s / 1e9 * (n - 1) / n, "left out the 2"),
+        (lambda b, s, n: b / s / 1e9 * n / (2 * (n - 1)), "divided by 2(n-1)/n"),
         (lambda b, s, n: b / s / 2**30 * 2 * (n - 1) / n, "GiB"),
         (lambda b, s, n: 8 * b / s / 1e9 * 2 * (n - 1) / n, "bits"),
         (lambda b, s, n: b / s / 1e6 * 2 * (n - 1) / n, "MB/s"),
@@ -226,6 +250,7 @@ def test_efficiency_accepts_the_model():
         (lambda c, m, n, a, b: eff_solution(c, 8 * m, n, a, b), "bytes, not bits"),
         (lambda c, m, n, a, b: c / (c + 2 * (n - 1) / n * m / b), "latency term is missing"),
         (lambda c, m, n, a, b: c / (c + a + 2 * (n - 1) / n * m / b), "not once"),
+        (lambda c, m, n, a, b: c / (c + 2 * (n - 1) * (a + m / b)), "m/n bytes"),
         (lambda c, m, n, a, b: eff_solution(c, m, 2, a, b), "expected"),  # n ignored
     ],
 )

@@ -50,6 +50,10 @@ def steps_split_over_workers(ctx, problem, model, steps, lr):
     _loop(model, problem, steps // ctx.world_size, lr)
 
 
+def stops_early(ctx, problem, model, steps, lr):
+    _loop(model, problem, min(steps, 100), lr)  # right for the exact run's 12 steps
+
+
 def one_fixed_minibatch(ctx, problem, model, steps, lr):
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     idx = torch.arange(32)  # the same 32 samples every step
@@ -76,6 +80,7 @@ def test_hogwild_loop_accepts_the_solution():
         (steps_split_over_workers, "made 6 updates"),
         (lr_over_workers, "as if lr were 0.5 (halved)"),
         (one_fixed_minibatch, "new random minibatch"),
+        (stops_early, "ran 100 backward passes for steps=300"),
     ],
 )
 def test_hogwild_loop_rejects(worker, advice):

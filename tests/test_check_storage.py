@@ -84,6 +84,15 @@ class KeepsInheritedOpen(LazyLMDB):
         return self.env.begin()
 
 
+class OpensOnceEver(LazyLMDB):
+    """Lazy, but never again after a fork: workers use the handle the parent opened."""
+
+    def _txn(self):
+        if self.env is None:
+            self.env = lmdb.open(self.path, readonly=True, lock=False, readahead=False)
+        return self.env.begin()
+
+
 class OpensPerItem(LazyLMDB):
     def __getitem__(self, i):
         env = lmdb.open(self.path, readonly=True, lock=False)  # a new open for every item
@@ -158,6 +167,7 @@ def test_lazy_dataset_rejects_a_handle_opened_in_init():
         (ReadsAllOnFirstUse, "walked a cursor"),
         (ReadsTwice, "read 4 records: read only the record asked for, once"),
         (KeepsInheritedOpen, "close the inherited one before opening your own"),
+        (OpensOnceEver, "used the handle inherited from the parent"),
     ],
 )
 def test_lazy_dataset_checks_the_mechanism_not_only_the_samples(cls, advice):
@@ -280,7 +290,7 @@ def test_workers_does_not_demand_zero_when_zero_is_close():
 def test_workers_accepts_zero_only_when_every_worker_count_is_far_slower():
     table = {0: 20000.0, 1: 9000.0, 2: 12000.0}  # cheap samples: the transfer costs more
     r = check.workers(0, table)
-    assert r.passed and "too cheap" in r.message
+    assert r.passed, r.message
     r = check.workers(2, table)
     assert not r.passed and "more than 10% below" in r.message
 

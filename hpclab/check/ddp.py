@@ -13,9 +13,25 @@ def _max_diff(a: Any, b: Any) -> float:
 
 
 @exercise_check
-def ddp_training(worker: Callable[..., Any], ranks: int = 2) -> CheckResult:
-    """Run ``worker(ctx, steps, per_rank_batch, seed) -> flat params`` on ``ranks`` ranks and
-    compare with one process trained on the global batch (``ranks x per_rank_batch``)."""
+def ddp_training(worker: Callable[..., Any], ranks: tuple[int, ...] = (2, 4)) -> CheckResult:
+    """Run ``worker(ctx, steps, per_rank_batch, seed) -> flat params`` on each number of
+    ``ranks`` and compare with one process trained on the global batch
+    (``ranks x per_rank_batch``). Two rank counts, so a hard-coded 2 cannot pass."""
+    for n in ranks:
+        result = _ddp_case(worker, n)
+        if not result.passed:
+            return result
+    from hpclab.ddp import serial_loop as ex
+
+    counts = " and ".join(map(str, ranks))
+    batches = " and ".join(str(n * ex.PER_RANK_BATCH) for n in ranks)
+    return passed(
+        f"{counts} DDP ranks with batch {ex.PER_RANK_BATCH} each end with the same weights as one "
+        f"process with batch {batches} ({ex.STEPS} steps, more than one epoch)."
+    )
+
+
+def _ddp_case(worker: Callable[..., Any], ranks: int) -> CheckResult:
     import torch
 
     from hpclab.ddp import serial_loop as ex
@@ -28,7 +44,11 @@ def ddp_training(worker: Callable[..., Any], ranks: int = 2) -> CheckResult:
             worker, ranks, args=(ex.STEPS, ex.PER_RANK_BATCH, ex.SEED), timeout_s=20, deadline_s=120
         )
     except RankError as err:
-        return failed(f"your training failed: {_first_line(err)}")
+        text = _first_line(err)
+        hint = ""
+        if "Invalid rank" in str(err):
+            hint = ": the sampler needs num_replicas=ctx.world_size (not a fixed number)"
+        return failed(f"on {ranks} ranks your training failed: {text}{hint}")
     if not all(isinstance(o, torch.Tensor) for o in outs):
         kinds = sorted({type(o).__name__ for o in outs})
         return failed(
@@ -48,10 +68,7 @@ def ddp_training(worker: Callable[..., Any], ranks: int = 2) -> CheckResult:
     if mine.shape != ref.shape:
         return failed(f"expected {ref.numel()} parameters (the tiny model), got {mine.numel()}")
     if torch.allclose(mine, ref, rtol=1e-4, atol=1e-5):
-        return passed(
-            f"{ranks} DDP ranks with batch {ex.PER_RANK_BATCH} each end with the same weights as "
-            f"one process with batch {global_batch} ({ex.STEPS} steps, 2 epochs)."
-        )
+        return passed("")
     if torch.allclose(mine, ex.train_serial(ex.STEPS, ex.PER_RANK_BATCH), rtol=1e-4, atol=1e-5):
         return failed(
             "every rank trained on the same samples: give the DataLoader a DistributedSampler "
@@ -60,12 +77,12 @@ def ddp_training(worker: Callable[..., Any], ranks: int = 2) -> CheckResult:
     no_epoch = ex.train_serial(ex.STEPS, global_batch, reshuffle=False)
     if torch.allclose(mine, no_epoch, rtol=1e-4, atol=1e-5):
         return failed(
-            "the first epoch matches but the second repeats its order: call "
+            "the first epoch matches but the next ones repeat its order: call "
             "sampler.set_epoch(epoch) at the start of every epoch"
         )
     return failed(
-        f"the weights differ from one process with batch {global_batch} by up to "
-        f"{_max_diff(mine, ref):.2e}; check: batch_size per rank = per_rank_batch, sampler "
+        f"on {ranks} ranks the weights differ from one process with batch {global_batch} by up "
+        f"to {_max_diff(mine, ref):.2e}; check: batch_size per rank = per_rank_batch, sampler "
         f"shuffle=True with seed=seed, lr unchanged ({ex.LR}), exactly `steps` steps"
     )
 

@@ -166,9 +166,9 @@ def hogwild_loop(worker: Callable[..., Any]) -> CheckResult:
     First the update rule, exactly: on 2 processes, each with its own copy of a model and a
     problem whose minibatches all have the same gradient, the weights must match plain SGD after
     the same number of steps with the same lr (a quarter of the steps, or lr divided by the
-    workers, is named). Then the real thing: 2 forked processes share one model, both must
-    write into it, run every step (backward passes are counted), and bring the loss about as far
-    down as the library's own loop at the same steps and lr.
+    workers, is named). Then the real thing: 2 forked processes share one model, each must run
+    every step (backward passes are counted: no early stop), and the loss must fall about as far
+    as the library's own loop makes it fall at the same steps and lr.
     """
     from hpclab.dist import RankError, launch
     from hpclab.sgd.hogwild import hogwild_worker, prewarm
@@ -183,7 +183,6 @@ def hogwild_loop(worker: Callable[..., Any]) -> CheckResult:
     model = problems[0].model()
     model.share_memory()
     model.bias.register_post_accumulate_grad_hook(_count_backward)
-    start = model.weight.weight.detach().clone().squeeze(1)
     initial = _mean_loss(problems, model)
     try:
         backwards = launch(
@@ -197,15 +196,6 @@ def hogwild_loop(worker: Callable[..., Any]) -> CheckResult:
         )
     except RankError as err:
         return failed(f"your worker raised in a process: {_first_line(err)}")
-    moved = (model.weight.weight.detach().squeeze(1) - start).abs()
-    half = _FEATURES // 2
-    changed = [bool((moved[:half] > 0).any()), bool((moved[half:] > 0).any())]
-    if not all(changed):  # the exact run trained private copies; this one shares the model
-        who = changed.index(False)
-        return failed(
-            f"process {who}'s updates did not reach the shared weights: train the `model` you "
-            "were given in place (not a copy), in every process"
-        )
     for rank, count in enumerate(backwards):
         if 0 < count != _STEPS:
             return failed(
@@ -237,8 +227,8 @@ def hogwild_loop(worker: Callable[..., Any]) -> CheckResult:
         )
     return passed(
         f"each process made exactly the SGD updates plain SGD makes ({_EXACT_STEPS} steps, "
-        f"lr {_LR:g}), both wrote into the shared weights without a lock, and the loss fell as "
-        "far as the library's own Hogwild loop makes it fall."
+        f"lr {_LR:g}); on one shared model, without a lock, the loss fell as far as the "
+        "library's own Hogwild loop makes it fall."
     )
 
 

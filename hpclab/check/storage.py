@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
 import os
 import re
 import tempfile
@@ -14,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from hpclab.check import CheckResult, as_number, exercise_check, failed, near, passed
+from hpclab.check.lmdb_probe import CountOpens, Log, handles, read_all
 
 
 def _first_line(err: BaseException) -> str:
@@ -25,161 +25,6 @@ def _first_line(err: BaseException) -> str:
     if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Warning|Interrupt|Exit)\b", last):
         return last
     return f"{type(err).__name__}: {last}" if last else type(err).__name__
-
-
-# --- (a) the lazy LMDB Dataset: what it does, counted per process -------------------------
-# While the check runs, lmdb.open returns an environment whose transactions and cursors count
-# what they read. Every process appends one line per event to a log file ("pid event"), so the
-# parent sees what each forked worker did.
-
-
-class _Log:
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def __call__(self, event: str) -> None:
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, f"{os.getpid()} {event}\n".encode())
-        finally:
-            os.close(fd)
-
-    def counts(self) -> dict[int, dict[str, int]]:
-        out: dict[int, dict[str, int]] = {}
-        if os.path.exists(self.path):
-            for line in Path(self.path).read_text().splitlines():
-                pid, event = line.split()
-                per = out.setdefault(int(pid), {})
-                per[event] = per.get(event, 0) + 1
-        return out
-
-
-class _Counted:
-    """Delegates to a py-lmdb object; reads are logged."""
-
-    def __init__(self, inner: Any, log: _Log) -> None:
-        self._inner, self._log = inner, log
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def __enter__(self) -> Any:
-        self._inner.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> Any:
-        return self._inner.__exit__(*exc)
-
-
-class _Cursor(_Counted):
-    def get(self, *a: Any, **k: Any) -> Any:
-        self._log("get")
-        return self._inner.get(*a, **k)
-
-    def set_key(self, *a: Any, **k: Any) -> Any:
-        self._log("get")
-        return self._inner.set_key(*a, **k)
-
-    def __iter__(self) -> Any:
-        self._log("scan")
-        return iter(self._inner)
-
-    def iternext(self, *a: Any, **k: Any) -> Any:
-        self._log("scan")
-        return self._inner.iternext(*a, **k)
-
-
-class _Txn(_Counted):
-    def get(self, *a: Any, **k: Any) -> Any:
-        self._log("get")
-        return self._inner.get(*a, **k)
-
-    def cursor(self, *a: Any, **k: Any) -> Any:
-        return _Cursor(self._inner.cursor(*a, **k), self._log)
-
-
-class _Env(_Counted):
-    def begin(self, *a: Any, **k: Any) -> Any:
-        return _Txn(self._inner.begin(*a, **k), self._log)
-
-
-_REAL_ENV: list[type] = []  # lmdb.Environment itself while it is patched
-
-
-class _CountOpens:
-    """Within the block, ``lmdb.open`` (and ``lmdb.Environment``) log each open."""
-
-    def __init__(self, log: _Log) -> None:
-        self.log = log
-
-    def __enter__(self) -> _CountOpens:
-        import lmdb
-
-        self.saved = lmdb.open, lmdb.Environment
-        _REAL_ENV[:] = [lmdb.Environment]
-        real, log = lmdb.open, self.log
-
-        def counted_open(*a: Any, **k: Any) -> Any:
-            log("open")
-            return _Env(real(*a, **k), log)
-
-        lmdb.open = counted_open
-        lmdb.Environment = counted_open
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        import lmdb
-
-        lmdb.open, lmdb.Environment = self.saved
-
-
-class _Items:
-    """Logs every item the DataLoader asks for, then asks the student's Dataset."""
-
-    def __init__(self, inner: Any, log: _Log) -> None:
-        self.inner, self.log = inner, log
-
-    def __len__(self) -> int:
-        return len(self.inner)
-
-    def __getitem__(self, i: int) -> Any:
-        self.log("item")
-        return self.inner[i]
-
-
-def _handles(obj: Any) -> list[str]:
-    """Attribute names of ``obj`` that hold an open LMDB environment or transaction."""
-    import lmdb
-
-    env = _REAL_ENV[0] if _REAL_ENV else lmdb.Environment
-    kinds = (env, lmdb.Transaction, lmdb.Cursor, _Counted)
-    found = []
-    for name, value in vars(obj).items():
-        values = value if isinstance(value, (list, tuple)) else (value,)
-        if any(isinstance(v, kinds) for v in values):
-            found.append(name)
-    return found
-
-
-def _read_all(ds: Any, log: _Log, batch: int) -> tuple[Any, Any]:
-    """Every sample through a 2-worker DataLoader; the workers are shut down even on errors."""
-    import torch
-    from torch.utils.data import DataLoader
-
-    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-    loader = DataLoader(
-        _Items(ds, log), batch_size=batch, num_workers=2, multiprocessing_context=ctx, timeout=60
-    )
-    it = iter(loader)
-    try:
-        xs, ys = [], []
-        for x, y in it:
-            xs.append(torch.as_tensor(x))
-            ys.append(torch.as_tensor(y))
-        return torch.cat(xs), torch.cat(ys)
-    finally:
-        it._shutdown_workers()  # no worker outlives the check, even when the student's code raised
-        del it
 
 
 @exercise_check
@@ -200,20 +45,20 @@ def lazy_dataset(cls: type, samples: int = 240, shape: tuple = (3, 8, 8)) -> Che
     with tempfile.TemporaryDirectory(prefix="hpclab-check-") as tmp:
         path = Path(tmp) / "lmdb"
         pack(src, "lmdb", path)
-        log = _Log(str(Path(tmp) / "events"))
-        with _CountOpens(log):
+        log = Log(str(Path(tmp) / "events"))
+        with CountOpens(log):
             result = _lazy_dataset(cls, str(path), log, src, samples)
     return result
 
 
-def _lazy_dataset(cls: type, path: str, log: _Log, src: Any, samples: int) -> CheckResult:
+def _lazy_dataset(cls: type, path: str, log: Log, src: Any, samples: int) -> CheckResult:
     name = cls.__name__
     try:
         ds = cls(path)
     except Exception as err:  # noqa: BLE001 - feedback, not a traceback
         return failed(f"{name}(path) raised {_first_line(err)}")
     me = os.getpid()
-    opened = _handles(ds)
+    opened = handles(ds)
     at_init = log.counts().get(me, {})
     if opened or at_init.get("open"):
         what = f"keeps a handle in {opened[0]!r}" if opened else "opens the database"
@@ -257,7 +102,7 @@ def _lazy_dataset(cls: type, path: str, log: _Log, src: Any, samples: int) -> Ch
             + (" (not the whole database)" if whole else "")
         )
     try:
-        x, y = _read_all(ds, log, batch=40)
+        x, y = read_all(ds, log, batch=40)
     except Exception as err:  # noqa: BLE001
         text = _first_line(err)
         hint = ""
@@ -447,14 +292,11 @@ def workers(answer: Any, table: dict[int, float], tolerance: float = 0.10) -> Ch
     good = sorted(w for w, v in table.items() if w >= 1 and v >= floor)
     want = good[0] if good else 0
     if pick == want:
-        if want == 0:
-            return passed(
-                "every worker count is more than 10% slower than loading in the training "
-                "process: these samples are too cheap to be worth a worker."
-            )
+        # One text for both outcomes: which one a measurement gives varies from run to run.
         return passed(
-            "the smallest worker count within 10% of the best: loading overlaps training, and "
-            "the remaining cores stay with the training job."
+            "that is the rule's pick for this measurement: the fewest workers (at least 1) "
+            "within 10% of the best, since only workers overlap loading with training; 0 only "
+            "when every worker count is more than 10% slower."
         )
     if pick == 0:
         return failed(
