@@ -126,7 +126,7 @@ def _cmd_run(argv: list[str]) -> int:
         _fail(str(err))
     progress = Progress(stderr_bar())
     try:
-        result = exp.run(config, progress)
+        result = experiments.run_config(exp, config, progress)
     except ConfigError as err:
         _fail(str(err))
     except (KeyboardInterrupt, Cancelled):

@@ -28,6 +28,7 @@ import torch
 from hpclab.compute import device as dev
 from hpclab.compute.timers import naive_time
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 
@@ -231,6 +232,7 @@ def _measured_crossover(points: list[dict[str, Any]], op: str, device: str) -> i
     return best
 
 
+@figure
 def plot_crossover(result: Result):
     """Time per call vs size, one panel per op; dotted lines are the fitted model."""
     from plotly.subplots import make_subplots
@@ -267,15 +269,35 @@ def plot_crossover(result: Result):
                     row=1,
                     col=col,
                 )
+        sizes = [p["size"] for p in pts]
+        lo, hi = min(sizes), max(sizes)
         for c in result.records:
-            if c["kind"] == "crossover" and c["op"] == op and math.isfinite(c["predicted_size"]):
+            if c["kind"] != "crossover" or c["op"] != op:
+                continue
+            at = c["predicted_size"]
+            if math.isfinite(at) and lo <= at <= hi:
                 fig.add_vline(
-                    x=max(c["predicted_size"], 1),
+                    x=max(at, 1),
                     line_dash="dot",
                     row=1,
                     col=col,
-                    annotation_text=f"crossover ~{c['predicted_size']:.0f}",
+                    annotation_text=f"crossover ~{at:.0f}",
                 )
+            else:  # the model's crossover lies outside the data: say so, keep the axis on the data
+                where = "never (no crossover)" if not math.isfinite(at) else f"~{at:.3g}"
+                side = "below" if math.isfinite(at) and at < lo else "beyond"
+                fig.add_annotation(
+                    text=f"{c['device']}: crossover {where}, {side} the sizes measured",
+                    xref="x domain" if col == 1 else f"x{col} domain",
+                    yref="y domain" if col == 1 else f"y{col} domain",
+                    x=0.02,
+                    y=0.98,
+                    showarrow=False,
+                    xanchor="left",
+                    font={"size": 11},
+                )
+        # the axis spans the measured sizes (never a model line drawn to absurd n)
+        fig.update_xaxes(range=[math.log10(lo) - 0.1, math.log10(hi) + 0.1], row=1, col=col)
         unit = "n (n x n x n)" if op == "matmul" else "elements"
         fig.update_xaxes(type="log", title_text=unit, row=1, col=col)
         fig.update_yaxes(type="log", title_text="seconds", row=1, col=col)

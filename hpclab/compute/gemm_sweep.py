@@ -16,6 +16,7 @@ from typing import Any
 
 from hpclab.compute import device as dev
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, load_reference, make_result
 
@@ -166,6 +167,7 @@ def _series_name(r: dict[str, Any]) -> str:
     return f"{r['device']} {r['dtype']}"
 
 
+@figure
 def plot_gemm(result: Result):
     """Left: GFLOP/s vs size with each series' peak dashed. Right: best fraction of peak,
     live beside the reference GPUs."""

@@ -20,6 +20,7 @@ import torch
 
 from hpclab.compute import device as dev
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, load_reference, make_result
 
@@ -153,6 +154,7 @@ def speedups(records: list[dict[str, Any]], tier: str) -> list[dict[str, Any]]:
     ]
 
 
+@figure
 def plot_throughput(result: Result):
     """Left: samples/s vs batch size. Right: speed-up over 1 thread, ours and seed 001's."""
     from plotly.subplots import make_subplots

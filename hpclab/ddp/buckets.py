@@ -29,6 +29,7 @@ from hpclab.ddp.worker import (
     dataset,
     wrap,
 )
+from hpclab.display import figure
 from hpclab.dist import RankContext, launch
 from hpclab.measure.timing import time_fn
 from hpclab.progress import Progress
@@ -131,6 +132,7 @@ def run_buckets(config: BucketConfig, progress: Progress) -> Result:
     return make_result("ddp-buckets", config, records)
 
 
+@figure
 def plot_buckets(result: Result):
     import plotly.graph_objects as go
 

@@ -221,20 +221,3 @@ def run_ddp(config: DDPConfig, progress: Progress) -> Result:
         )
     progress.update(len(plan), len(plan), "done")
     return make_result("ddp", config, records)
-
-
-def scaling_explorer(**kwargs: Any):
-    """The scaling explorer of chapter 06: the ``ddp`` panel, points accumulating, with the
-    ranks slider capped at what this allocation offers (GPUs, else usable cores)."""
-    from hpclab.widgets import panel
-
-    view = panel(
-        "ddp",
-        fields=("ranks", "batch_size", "model", "scaling", "device"),
-        accumulate=True,
-        **kwargs,
-    )
-    have = available()
-    view.controls["ranks"].max = max(2, have["gpus"], have["cores"])
-    view.controls["batch_size"].max = 2048  # a linear slider to 65536 is unusable
-    return view

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 from hpclab.sgd.hogwild import (
@@ -140,6 +141,7 @@ def run_hogwild(config: HogwildConfig, progress: Progress) -> Result:
     return make_result("hogwild", config, summaries + curves)
 
 
+@figure
 def plot_hogwild(result: Result):
     """Smoothed training loss against wall time and against updates, one line per run."""
     from plotly.subplots import make_subplots

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 from hpclab.sgd.hogwild import DEFAULT_LR, OVERSUBSCRIBE_LIMIT, usable_cores
@@ -152,6 +153,7 @@ def _label(s: dict) -> str:
     return f"{s['mode']}: {s['trainers']} trainer(s){servers}"
 
 
+@figure
 def plot_paramserver(result: Result):
     """Loss vs time, throughput vs trainers, staleness histogram, server busy fraction."""
     from plotly.subplots import make_subplots

@@ -1,0 +1,166 @@
+"""How numbers, tables and figures look, the same in every chapter (chapter 00 on).
+
+- :func:`table`: a DataFrame for display: counts as integers, every other number with three
+  significant digits (no ``workers 0.0``, no ``20498.674094 samples/s``);
+- :func:`plural`: "1 thread", "2 threads";
+- :func:`series_color`: one colour per series name, the same in every subplot, legend and run;
+- :func:`figure`: the decorator every ``plot_*`` function wears: stable colours, readable
+  layout (legend below, titles that do not collide), and, when other processes took our cores
+  during the run, the sentence that says so on the plot itself (:mod:`hpclab.measure.cpu_share`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+# Colours of series every chapter names; other names get the next free colour on first sight
+# and keep it for the life of the kernel (adding a run never recolours the earlier ones).
+PALETTE = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+    "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f",
+    "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173",
+)  # fmt: skip
+REFERENCE_GREY = "#aaaaaa"
+_FIXED = {
+    "cpu": PALETTE[0],
+    "cuda": PALETTE[3],
+    "live": PALETTE[0],
+    "model": PALETTE[9],
+    "reference": REFERENCE_GREY,
+    "computing": PALETTE[0],
+    "waiting for data": PALETTE[3],
+}
+_assigned: dict[str, str] = {}
+
+
+def series_color(name: str) -> str:
+    """The colour of series ``name`` (stable for the whole kernel session)."""
+    key = str(name).strip().lower()
+    if key in _FIXED:
+        return _FIXED[key]
+    if key not in _assigned:
+        used = set(_assigned.values()) | set(_FIXED.values())
+        free = [c for c in PALETTE if c not in used]
+        _assigned[key] = free[0] if free else PALETTE[len(_assigned) % len(PALETTE)]
+    return _assigned[key]
+
+
+def plural(n: float, word: str, many: str | None = None) -> str:
+    """``plural(1, "thread") == "1 thread"``; ``plural(2, "thread") == "2 threads"``."""
+    count = int(n) if float(n).is_integer() else n
+    return f"{count} {word if count == 1 else (many or word + 's')}"
+
+
+def _decimals(values: Any) -> int:
+    """Decimals that give three significant digits to the column's typical value."""
+    finite = [abs(v) for v in values if v == v and math.isfinite(v) and v != 0]
+    if not finite:
+        return 0
+    finite.sort()
+    typical = finite[len(finite) // 2]
+    return max(0, min(6, 2 - math.floor(math.log10(typical))))
+
+
+def table(frame: Any) -> Any:
+    """A copy of ``frame`` for display: whole-number columns as integers, the others rounded to
+    three significant digits of their typical value (one helper for every table shown)."""
+    import pandas as pd
+
+    out = frame.copy()
+    for col in out.columns:
+        s = out[col]
+        if not pd.api.types.is_float_dtype(s):
+            continue
+        values = s.dropna()
+        if len(values) and (values == values.round()).all() and values.abs().max() < 2**53:
+            out[col] = s.round().astype("Int64")
+            continue
+        d = _decimals(values.tolist())
+        out[col] = s.round().astype("Int64") if d == 0 else s.round(d)
+    return out
+
+
+def _trace_key(trace: Any) -> str:
+    return str(trace.legendgroup or trace.name or "")
+
+
+def _has_explicit_grey(trace: Any) -> bool:
+    for part in ("marker", "line"):
+        obj = getattr(trace, part, None)
+        color = getattr(obj, "color", None) if obj is not None else None
+        if isinstance(color, str) and color.lower() in ("#aaa", "#aaaaaa", "#888", "#999", "grey"):
+            return True
+    return False
+
+
+def apply_series_colors(fig: Any) -> Any:
+    """Colour every trace by its series name (legendgroup, else name); greys stay grey
+    (reference figures) and traces coloured per point keep their colours."""
+    for trace in fig.data:
+        key = _trace_key(trace)
+        if not key or _has_explicit_grey(trace):
+            continue
+        color = series_color(key)
+        marker = getattr(trace, "marker", None)
+        if marker is not None and not isinstance(marker.color, (list, tuple)):
+            if "colorscale" not in (marker.to_plotly_json() or {}):
+                marker.color = color
+        line = getattr(trace, "line", None)
+        if line is not None and trace.type == "scatter":
+            line.color = color
+    return fig
+
+
+def load_note(result: Any) -> str:
+    """The sentence that says a live result was measured while others held our cores."""
+    share = getattr(result, "env", {}).get("cpu_share") if result is not None else None
+    if not share or not share.get("disturbed"):
+        return ""
+    from hpclab.measure.cpu_share import CpuShare
+
+    fields = {k: share[k] for k in ("cores", "wall_s", "own_cores", "others_cores")}
+    return CpuShare(**fields).sentence()
+
+
+def readable_layout(fig: Any) -> Any:
+    """Room for subplot titles, the legend below the plot, ticks that do not smear."""
+    layout = fig.layout
+    n_x = sum(1 for k in layout.to_plotly_json() if k.startswith("xaxis"))
+    top = 90 if layout.title.text else 60
+    fig.update_layout(
+        margin={"t": top, "l": 60, "r": 30, "b": 60},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0, "xanchor": "left"},
+    )
+    if n_x > 1:
+        fig.update_annotations(font_size=12)  # subplot titles
+        fig.update_xaxes(nticks=6)
+    if not layout.height:
+        fig.update_layout(height=420)
+    return fig
+
+
+def note_on(fig: Any, text: str) -> Any:
+    """Add ``text`` under the title of ``fig``, in red: something about these numbers is off."""
+    if text:
+        title = fig.layout.title.text or ""
+        red = f'<span style="color:#b42318;font-size:12px">{text}</span>'
+        fig.update_layout(title_text=f"{title}<br>{red}" if title else red)
+        fig.update_layout(margin={"t": max(fig.layout.margin.t or 0, 110)})
+    return fig
+
+
+def figure(plot: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator for ``plot_*(result, ...) -> Figure``: stable colours, readable layout, and the
+    CPU-share sentence when the run was disturbed."""
+
+    @functools.wraps(plot)
+    def wrapper(result: Any = None, *args: Any, **kwargs: Any) -> Any:
+        fig = plot(result, *args, **kwargs)
+        apply_series_colors(fig)
+        readable_layout(fig)
+        return note_on(fig, load_note(result))
+
+    return wrapper
