@@ -29,7 +29,7 @@ from hpclab.ddp.worker import (
     dataset,
     wrap,
 )
-from hpclab.display import figure
+from hpclab.display import figure, plural
 from hpclab.dist import RankContext, launch
 from hpclab.measure.timing import time_fn
 from hpclab.progress import Progress
@@ -143,7 +143,7 @@ def plot_buckets(result: Result):
         x=labels,
         y=[r["steps_per_s"] for r in rows],
         name="steps/s",
-        text=[f"{r['buckets']} all-reduce(s)/step" for r in rows],
+        text=[f"{plural(r['buckets'], 'all-reduce')}/step" for r in rows],
     )
     fig.update_layout(
         title="DDP bucket_cap_mb (tensor fusion): steps/s, all-reduces per step",

@@ -22,6 +22,7 @@ from typing import Any
 
 from hpclab.config import Config, ConfigError, param
 from hpclab.ddp.worker import TrainSpec, ddp_worker
+from hpclab.display import plural
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 
@@ -186,7 +187,7 @@ def run_ddp(config: DDPConfig, progress: Progress) -> Result:
     for i, ranks in enumerate(plan):
         part = Progress(
             lambda d, t, n, i=i, r=ranks: progress.update(
-                i + (d / t if t else 0), len(plan), f"{r} rank(s): {n}"
+                i + (d / t if t else 0), len(plan), f"{plural(r, 'rank')}: {n}"
             ),
             cancel=progress.cancel_event,
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpclab.display import figure
+from hpclab.display import figure, plural
 from hpclab.results import Result, load_reference
 
 # seed 001's tables, each as one curve: (reference name, filter, short label, label)
@@ -144,7 +144,7 @@ def plot_allreduce(result: Result):
             )
     for (tier, impl, ranks), rows in sorted(groups.items()):
         rows = sorted(rows, key=lambda r: r["bytes"])
-        name = f"{impl}, {ranks} ranks ({tier})"
+        name = f"{impl}, {plural(ranks, 'rank')} ({tier})"
         mode = "markers" if tier == "live" else "lines"
         x = [r["bytes"] for r in rows]
         add_both_panels(

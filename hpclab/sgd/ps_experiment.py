@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpclab.config import Config, ConfigError, param
-from hpclab.display import figure
+from hpclab.display import figure, plural, table
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 from hpclab.sgd.hogwild import DEFAULT_LR, OVERSUBSCRIBE_LIMIT, usable_cores
@@ -143,14 +143,16 @@ def summary_table(result: Result):
     """One row per run."""
     import pandas as pd
 
-    return pd.DataFrame([s for s, _, _ in runs(result)]).drop(
-        columns=["kind", "tier"], errors="ignore"
+    return table(
+        pd.DataFrame([s for s, _, _ in runs(result)]).drop(
+            columns=["kind", "tier"], errors="ignore"
+        )
     )
 
 
 def _label(s: dict) -> str:
-    servers = "" if s["mode"] == "allreduce" else f", {s['servers']} server(s)"
-    return f"{s['mode']}: {s['trainers']} trainer(s){servers}"
+    servers = "" if s["mode"] == "allreduce" else ", " + plural(s["servers"], "server")
+    return f"{s['mode']}: {plural(s['trainers'], 'trainer')}{servers}"
 
 
 @figure
@@ -188,7 +190,7 @@ def plot_paramserver(result: Result):
         by_mode.setdefault((s["mode"], s["servers"]), []).append(s)
     for (mode, servers), rows in sorted(by_mode.items()):
         rows = sorted(rows, key=lambda r: r["trainers"])
-        name = mode if mode == "allreduce" else f"{mode}, {servers} server(s)"
+        name = mode if mode == "allreduce" else f"{mode}, {plural(servers, 'server')}"
         panels = [(1, "gradients_per_s")]
         if mode != "allreduce":
             panels += [(2, "server_busy_fraction"), (3, "staleness_mean")]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hpclab.display import figure
+from hpclab.display import figure, plural
 from hpclab.results import Result
 
 
@@ -71,7 +71,7 @@ def plot_loader(result: Result, reference: Result | None = None):
             x=[r["batch_size"] for r in sel],
             y=[r["seconds_per_100_batches"] for r in sel],
             mode="lines+markers",
-            name=f"{key[0]}, {key[1]} workers (live)",
+            name=f"{key[0]}, {plural(key[1], 'worker')} (live)",
         )
     for fmt in sorted({r["format"] for r in reference.records}):
         sel = [r for r in reference.records if r["format"] == fmt]
