@@ -131,6 +131,10 @@ def _cmd_run(argv: list[str]) -> int:
         _fail(str(err))
     except (KeyboardInterrupt, Cancelled):
         _fail("cancelled", code=130)
+    from hpclab.display import load_note
+
+    if load_note(result):
+        sys.stderr.write(f"note: {load_note(result)}\n")
     if args.save:
         from hpclab import results as store
 

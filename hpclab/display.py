@@ -1,6 +1,6 @@
 """How numbers, tables and figures look, the same in every chapter (chapter 00 on).
 
-- :func:`table`: a DataFrame for display: counts as integers, every other number with three
+- :func:`readable`: a DataFrame for display: counts as integers, every other number with three
   significant digits (no ``workers 0.0``, no ``20498.674094 samples/s``);
 - :func:`plural`: "1 thread", "2 threads";
 - :func:`series_color`: one colour per series name, the same in every subplot, legend and run;
@@ -64,7 +64,7 @@ def _decimals(values: Any) -> int:
     return max(0, min(6, 2 - math.floor(math.log10(typical))))
 
 
-def table(frame: Any) -> Any:
+def readable(frame: Any) -> Any:
     """A copy of ``frame`` for display: whole-number columns as integers, the others rounded to
     three significant digits of their typical value (one helper for every table shown)."""
     import pandas as pd
@@ -126,19 +126,20 @@ def load_note(result: Any) -> str:
 
 
 def readable_layout(fig: Any) -> Any:
-    """Room for subplot titles, the legend below the plot, ticks that do not smear."""
+    """Room for the title and subplot titles, a legend that does not cover the data, ticks that
+    do not smear (what the plot set itself is kept)."""
     layout = fig.layout
     n_x = sum(1 for k in layout.to_plotly_json() if k.startswith("xaxis"))
-    top = 90 if layout.title.text else 60
-    fig.update_layout(
-        margin={"t": top, "l": 60, "r": 30, "b": 60},
-        legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0, "xanchor": "left"},
-    )
+    if layout.margin.t is None:
+        fig.update_layout(margin={"t": 100 if layout.title.text and n_x > 1 else 80})
+    if layout.legend.orientation is None:
+        fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0})
     if n_x > 1:
         fig.update_annotations(font_size=12)  # subplot titles
-        fig.update_xaxes(nticks=6)
+        fig.update_xaxes(nticks=6, automargin=True)
+        fig.update_yaxes(automargin=True)
     if not layout.height:
-        fig.update_layout(height=420)
+        fig.update_layout(height=440)
     return fig
 
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from hpclab import experiments
-from hpclab.display import plural, series_color, table
+from hpclab.display import plural, readable, series_color
 from hpclab.results import Result
 
 
@@ -93,7 +93,7 @@ def test_one_colour_per_series_in_every_subplot_and_run():
 def test_tables_show_counts_as_integers_and_three_significant_digits():
     import pandas as pd
 
-    df = table(
+    df = readable(
         pd.DataFrame(
             {"workers": [0.0, 2.0], "samples_per_s": [20498.674094, 1234.5], "loss": [0.1234, 0.5]}
         )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpclab.config import Config, ConfigError, param
-from hpclab.display import figure, table
+from hpclab.display import figure, readable
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 from hpclab.sgd.hogwild import (
@@ -184,7 +184,7 @@ def speedup_table(result: Result):
     import pandas as pd
 
     rows = [r for r in result.records if r.get("kind") == "summary"]
-    return table(pd.DataFrame(rows).drop(columns=["kind", "tier"], errors="ignore"))
+    return readable(pd.DataFrame(rows).drop(columns=["kind", "tier"], errors="ignore"))
 
 
 def oversubscription_sweep(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpclab.config import Config, ConfigError, param
-from hpclab.display import figure, plural, table
+from hpclab.display import figure, plural, readable
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 from hpclab.sgd.hogwild import DEFAULT_LR, OVERSUBSCRIBE_LIMIT, usable_cores
@@ -143,7 +143,7 @@ def summary_table(result: Result):
     """One row per run."""
     import pandas as pd
 
-    return table(
+    return readable(
         pd.DataFrame([s for s, _, _ in runs(result)]).drop(
             columns=["kind", "tier"], errors="ignore"
         )
@@ -163,6 +163,8 @@ def plot_paramserver(result: Result):
     fig = make_subplots(
         rows=2,
         cols=3,
+        vertical_spacing=0.2,  # room for the top row's axis titles under its plots
+        horizontal_spacing=0.08,
         subplot_titles=(
             "loss vs wall time",
             "loss vs model versions",
@@ -214,7 +216,7 @@ def plot_paramserver(result: Result):
     for col in (1, 2, 3):
         fig.update_xaxes(title_text="trainers", dtick=1, row=2, col=col)
     fig.update_yaxes(range=[0, 1.05], row=2, col=2)
-    fig.update_layout(title="Parameter server vs all-reduce", height=640, barmode="group")
+    fig.update_layout(title="Parameter server vs all-reduce", height=720, barmode="group")
     return fig
 
 

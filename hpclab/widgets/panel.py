@@ -93,6 +93,14 @@ class ExperimentPanel:
         return self.runner.run_button
 
     @property
+    def cancel_button(self) -> Any:
+        return self.runner.cancel_button
+
+    @property
+    def bar(self) -> Any:
+        return self.runner.bar
+
+    @property
     def last_error(self) -> str:
         return self.runner.last_error
 
