@@ -227,9 +227,21 @@ def _wait_live_figures(page, expected: int, timeout_s: float) -> tuple[int, int]
 
 
 def _screenshot(page, name: str) -> None:
-    if SCREENSHOTS:
-        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), full_page=True)
+    """For review: the page, then every output holding a plot, a widget or a table."""
+    if not SCREENSHOTS:
+        return
+    out = Path(SCREENSHOTS)
+    out.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(out / f"{name}.png"))
+    outputs = page.locator(
+        ".jp-Cell-outputArea:has(.js-plotly-plot), .jp-Cell-outputArea:has(.jupyter-widgets),"
+        " .jp-Cell-outputArea:has(table), .jp-Cell-outputArea:has(.hpclab-figure)"
+    )
+    for i in range(outputs.count()):
+        try:
+            outputs.nth(i).screenshot(path=str(out / f"{name}-{i:02d}.png"), timeout=10_000)
+        except Exception:  # review aid only: a detached output is skipped
+            continue
 
 
 def _fmt(value: str | None) -> str:
