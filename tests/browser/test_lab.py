@@ -198,11 +198,15 @@ def _log_console(page) -> str:
 
 
 def _live_figures_drawn(page) -> tuple[int, int]:
-    """(live figure areas on the page, how many of them show a drawn plotly plot)."""
+    """(live figure areas on the page, how many of them show a plotly plot with data)."""
     return page.evaluate(
         """(sel) => {
           const areas = Array.from(document.querySelectorAll(sel));
-          return [areas.length, areas.filter(a => a.querySelector('.js-plotly-plot .main-svg')).length];
+          const drawn = a => {  // an svg alone is not enough: a blank plot has one too
+            const p = a.querySelector('.js-plotly-plot');
+            return p && p.querySelector('.main-svg') && p.data && p.data.length > 0;
+          };
+          return [areas.length, areas.filter(drawn).length];
         }""",
         LIVE_FIGURES,
     )
