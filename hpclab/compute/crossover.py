@@ -284,10 +284,13 @@ def plot_crossover(result: Result):
                     annotation_text=f"crossover ~{at:.0f}",
                 )
             else:  # the model's crossover lies outside the data: say so, keep the axis on the data
-                where = "never (no crossover)" if not math.isfinite(at) else f"~{at:.3g}"
-                side = "below" if math.isfinite(at) and at < lo else "beyond"
+                if not math.isfinite(at):
+                    text = f"{c['device']}: never faster than the CPU here (no crossover)"
+                else:
+                    side = "below" if at < lo else "beyond"
+                    text = f"{c['device']}: crossover ~{at:.3g}, {side} the sizes measured"
                 fig.add_annotation(
-                    text=f"{c['device']}: crossover {where}, {side} the sizes measured",
+                    text=text,
                     xref="x domain" if col == 1 else f"x{col} domain",
                     yref="y domain" if col == 1 else f"y{col} domain",
                     x=0.02,
