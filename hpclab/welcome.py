@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpclab.config import Config, ConfigError, param
-from hpclab.display import figure
+from hpclab.display import figure, plural
 from hpclab.experiments import Experiment
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
@@ -131,7 +131,7 @@ def plot_hardware(result: Result):
         fig.add_bar(
             x=[r["dtype"] for r in cpu],
             y=[r["peak_gflops"] for r in cpu],
-            name=f"CPU peak, {cpu[0]['cores']} cores (model)",
+            name=f"CPU peak, {plural(cpu[0]['cores'], 'core')} (model)",
             hovertext=[r["derivation"] for r in cpu],
         )
     for device in sorted({r["device"] for r in rows if r["tier"] == "reference"}):
