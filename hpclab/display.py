@@ -54,22 +54,63 @@ def plural(n: float, word: str, many: str | None = None) -> str:
     return f"{count} {word if count == 1 else (many or word + 's')}"
 
 
-def _decimals(values: Any) -> int:
-    """Decimals that give three significant digits to the column's typical value."""
-    finite = [abs(v) for v in values if v == v and math.isfinite(v) and v != 0]
-    if not finite:
-        return 0
-    finite.sort()
-    typical = finite[len(finite) // 2]
-    return max(0, min(6, 2 - math.floor(math.log10(typical))))
+def number(v: float) -> str:
+    """Three significant digits, never scientific notation between 1e-4 and 1e15."""
+    if v != v or not math.isfinite(v):
+        return str(v)
+    a = abs(v)
+    if a == 0 or a >= 100:
+        return f"{v:.0f}"
+    if a < 1e-4:
+        return f"{v:.2e}"
+    return f"{v:.{2 - math.floor(math.log10(a))}f}"
+
+
+class _Readable:
+    """Mixed into a DataFrame: the values stay numbers, only their display changes."""
+
+    def _repr_html_(self) -> str:
+        import pandas as pd
+
+        with pd.option_context("display.float_format", number):
+            return super()._repr_html_()
+
+    def __repr__(self) -> str:
+        import pandas as pd
+
+        with pd.option_context("display.float_format", number):
+            return super().__repr__()
+
+    def to_string(self, *args: Any, **kwargs: Any) -> str:
+        kwargs.setdefault("float_format", number)
+        return super().to_string(*args, **kwargs)
+
+
+def _readable_class() -> type:
+    import pandas as pd
+
+    global _READABLE
+    if _READABLE is None:
+
+        class ReadableFrame(_Readable, pd.DataFrame):
+            @property
+            def _constructor(self) -> type:  # selections and copies stay readable
+                return ReadableFrame
+
+        _READABLE = ReadableFrame
+    return _READABLE
+
+
+_READABLE: type | None = None
 
 
 def readable(frame: Any) -> Any:
-    """A copy of ``frame`` for display: whole-number columns as integers, the others rounded to
-    three significant digits of their typical value (one helper for every table shown)."""
+    """``frame`` for display (one helper for every table shown): whole-number columns become
+    integers, every other number shows three significant digits; the values stay numbers, so
+    the table can still be sorted, selected and computed on."""
     import pandas as pd
 
-    out = frame.copy()
+    out = _readable_class()(frame.copy())
     for col in out.columns:
         s = out[col]
         if not pd.api.types.is_float_dtype(s):
@@ -77,9 +118,6 @@ def readable(frame: Any) -> Any:
         values = s.dropna()
         if len(values) and (values == values.round()).all() and values.abs().max() < 2**53:
             out[col] = s.round().astype("Int64")
-            continue
-        d = _decimals(values.tolist())
-        out[col] = s.round().astype("Int64") if d == 0 else s.round(d)
     return out
 
 
@@ -87,30 +125,27 @@ def _trace_key(trace: Any) -> str:
     return str(trace.legendgroup or trace.name or "")
 
 
-def _has_explicit_grey(trace: Any) -> bool:
+def _explicit_color(trace: Any) -> bool:
     for part in ("marker", "line"):
         obj = getattr(trace, part, None)
-        color = getattr(obj, "color", None) if obj is not None else None
-        if isinstance(color, str) and color.lower() in ("#aaa", "#aaaaaa", "#888", "#999", "grey"):
+        if obj is not None and getattr(obj, "color", None) is not None:
             return True
     return False
 
 
 def apply_series_colors(fig: Any) -> Any:
-    """Colour every trace by its series name (legendgroup, else name); greys stay grey
-    (reference figures) and traces coloured per point keep their colours."""
+    """Colour every trace that has no colour of its own by its series name (legendgroup, else
+    name): one series, one colour, in every subplot, the legend and every later run. Colours a
+    plot chose on purpose (grey for reference, red for "above the roof") stay."""
     for trace in fig.data:
         key = _trace_key(trace)
-        if not key or _has_explicit_grey(trace):
+        if not key or _explicit_color(trace):
             continue
         color = series_color(key)
-        marker = getattr(trace, "marker", None)
-        if marker is not None and not isinstance(marker.color, (list, tuple)):
-            if "colorscale" not in (marker.to_plotly_json() or {}):
-                marker.color = color
-        line = getattr(trace, "line", None)
-        if line is not None and trace.type == "scatter":
-            line.color = color
+        if getattr(trace, "marker", None) is not None:
+            trace.marker.color = color
+        if trace.type == "scatter":
+            trace.line.color = color
     return fig
 
 

@@ -28,7 +28,7 @@ import torch
 from hpclab.compute import device as dev
 from hpclab.compute.timers import naive_time
 from hpclab.config import Config, ConfigError, param
-from hpclab.display import figure
+from hpclab.display import figure, series_color
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 
@@ -241,11 +241,10 @@ def plot_crossover(result: Result):
     fig = make_subplots(
         rows=1, cols=len(ops), subplot_titles=[f"{op}: time per call" for op in ops]
     )
-    colors: dict[str, str] = {}
     for col, op in enumerate(ops, start=1):
         pts = [r for r in result.records if r["op"] == op and r["kind"] == "point"]
         for device in dict.fromkeys(p["device"] for p in pts):
-            color = colors.setdefault(device, ["#1f77b4", "#d62728", "#2ca02c"][len(colors) % 3])
+            color = series_color(device)
             rows = sorted((p for p in pts if p["device"] == device), key=lambda p: p["size"])
             fig.add_scatter(
                 x=[p["size"] for p in rows],

@@ -16,7 +16,7 @@ from typing import Any
 
 from hpclab.compute import device as dev
 from hpclab.config import Config, ConfigError, param
-from hpclab.display import figure, plural
+from hpclab.display import figure, plural, series_color
 from hpclab.progress import Progress
 from hpclab.results import Result, load_reference, make_result
 
@@ -186,9 +186,9 @@ def plot_gemm(result: Result):
     series: dict[str, list[dict[str, Any]]] = {}
     for r in live:
         series.setdefault(_series_name(r), []).append(r)
-    for i, (name, rows) in enumerate(series.items()):
+    for _i, (name, rows) in enumerate(series.items()):
         rows = sorted(rows, key=lambda r: r["size"])
-        color = f"hsl({(i * 67) % 360},65%,45%)"
+        color = series_color(name)
         fig.add_scatter(
             x=[r["size"] for r in rows],
             y=[r["gflops"] for r in rows],

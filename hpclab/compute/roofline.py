@@ -74,6 +74,12 @@ def _time_softmax(rows: int, tdt: torch.dtype, device: str, repeat: int):
     return _time(lambda: torch.ops.aten._softmax.out(x, -1, False, out=y), device, repeat)
 
 
+def stream_elements(config: RooflineConfig) -> int:
+    """Elements of the add, the softmax and the roof's STREAM arrays: one size for all three,
+    at least 3 x 64 MiB (beyond any CPU's cache), so the three see the same memory."""
+    return max(config.elements, 16 * 2**20)
+
+
 def measure_points(config: RooflineConfig, device: str, progress: Progress) -> list[dict]:
     """Time every kernel of the roofline on ``device``; returns one live record per kernel."""
     from hpclab.compute.gemm import time_matmul
@@ -102,7 +108,7 @@ def measure_points(config: RooflineConfig, device: str, progress: Progress) -> l
         t = time_matmul(n, n, n, config.dtype, device, repeat=config.repeat)
         record(F.gemm(n, n, n, s), "gemm", t.timing.median_s, t.timing)
 
-    n = config.elements
+    n = stream_elements(config)
     dev.ensure_fits(3 * n * s, device, f"three {n}-element arrays")
     progress.update(steps - 2, steps + 1, "elementwise add")
     t = _time_add(n, tdt, device, config.repeat)
@@ -139,7 +145,7 @@ def run_roofline(config: RooflineConfig, progress: Progress) -> Result:
         raise ConfigError(f"dtype={config.dtype!r} on {device}: {why}")
     records: list[dict[str, Any]] = []
     with dev.torch_threads(config.threads if device == "cpu" else 0) as used:
-        n = max(config.elements, 16 * 2**20)  # at least 3 x 64 MiB: beyond any CPU's cache
+        n = stream_elements(config)  # the add's and the softmax's size too
         progress.update(0, 1, "STREAM triad (before the kernels)")
         before = measure_stream("triad", n, device, repeat=config.repeat)
         points = measure_points(config, device, progress)
