@@ -47,7 +47,10 @@ class RooflineConfig(Config):
         (32, 128, 512, 2048), min=8, max=32768, quick=(32, 128, 512), help="n of n^3 GEMMs"
     )
     elements: int = param(
-        16 * 2**20, min=2**10, max=2**32, help="elements of the add and the softmax (>> cache)"
+        16 * 2**20,
+        min=2**10,
+        max=2**32,
+        help="elements of the add, the softmax and the roof's STREAM arrays (at least 16 Mi)",
     )
     conv_batch: int = param(16, min=1, max=1024, quick=2, help="batch of the AlexNet conv2 layer")
     repeat: int = param(5, min=1, max=1000, quick=3, help="timed repeats per kernel")
