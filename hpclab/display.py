@@ -37,7 +37,7 @@ _assigned: dict[str, str] = {}
 
 
 def series_color(name: str) -> str:
-    """The colour of series ``name`` (stable for the whole kernel session)."""
+    """The colour of series ``name`` (stable for as long as the kernel runs)."""
     key = str(name).strip().lower()
     if key in _FIXED:
         return _FIXED[key]
@@ -105,7 +105,7 @@ _READABLE: type | None = None
 
 
 def readable(frame: Any) -> Any:
-    """``frame`` for display (one helper for every table shown): whole-number columns become
+    """``frame`` for display (every table shown goes through it): whole-number columns become
     integers, every other number shows three significant digits; the values stay numbers, so
     the table can still be sorted, selected and computed on."""
     import pandas as pd
