@@ -131,13 +131,17 @@ def _cmd_run(argv: list[str]) -> int:
 
     progress = Progress(stderr_bar())
     try:
-        result = exp.run(config, progress)
+        result = experiments.run_config(exp, config, progress)
     except ConfigError as err:
         _fail(str(err))
     except RunError as err:
         _fail(str(err), code=1)
     except (KeyboardInterrupt, Cancelled):
         _fail("cancelled", code=130)
+    from hpclab.display import load_note
+
+    if load_note(result):
+        sys.stderr.write(f"note: {load_note(result)}\n")
     if args.save:
         from hpclab import results as store
 

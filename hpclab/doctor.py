@@ -310,7 +310,30 @@ def format_report(checks: list[Check], info: dict[str, Any]) -> str:
         lines.append(f"{_MARK[c.level]} {c.name:<20} {c.message}")
         if c.fix and c.level != "ok":
             lines.append(f"{'':6} {'':<20} fix: {c.fix}")
-    return "\n".join(lines)
+    return "\n".join(_wrap(line) for line in lines)
+
+
+REPORT_WIDTH = 96  # narrower than a notebook's output area: it never wraps a line itself
+
+
+def _wrap(line: str, width: int = REPORT_WIDTH) -> str:
+    """Wrap at spaces only (never inside a number or a word), continuing under the text column."""
+    import textwrap
+
+    if len(line) <= width:
+        return line
+    label = 28 if line.startswith("[") else 10  # the column where the text starts
+    body = line[label:]
+    return "\n".join(
+        textwrap.wrap(
+            body,
+            width=width,
+            initial_indent=line[:label],
+            subsequent_indent=" " * label,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    )
 
 
 def _num(x: float | None, digits: int = 2) -> str:

@@ -182,6 +182,6 @@ def test_live_wait_monitor_draws_every_step():
         device="cpu",
     )
     m.start(wait=True)
-    assert m.status.value == "done"
+    assert "done: 10 steps" in m.status.value
     assert len(m.figure.data[0].x) == len(m.figure.data[1].y) == 10
     assert "memmap" in m.figure.layout.title.text and "files-npy" in m.figure.layout.title.text

@@ -25,6 +25,7 @@ import torch
 from hpclab.compute import device as dev
 from hpclab.compute import flops as F
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, load_reference, make_result
 
@@ -192,6 +193,7 @@ def reference_records() -> list[dict[str, Any]]:
     return [{**r, "device": r["gpu"], "speedup_vs_cpu": r["speedup"]} for r in rows]
 
 
+@figure
 def plot_ops(result: Result):
     """Left: seconds per call per kernel and device (log). Right: GPU/CPU speed-ups, live
     ones beside Mao 2015's."""

@@ -20,6 +20,7 @@ import torch
 
 from hpclab.compute import device as dev
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure, plural
 from hpclab.progress import Progress
 from hpclab.results import Result, load_reference, make_result
 from hpclab.train import MODELS
@@ -154,6 +155,7 @@ def speedups(records: list[dict[str, Any]], tier: str) -> list[dict[str, Any]]:
     ]
 
 
+@figure
 def plot_throughput(result: Result):
     """Left: samples/s vs batch size. Right: speed-up over 1 thread, ours and Guan 2019's."""
     from plotly.subplots import make_subplots
@@ -168,7 +170,7 @@ def plot_throughput(result: Result):
         rows = sorted(
             (r for r in live if (r["device"], r["threads"]) == key), key=lambda r: r["batch_size"]
         )
-        name = key[0] + (f", {key[1]} threads" if key[1] else "")
+        name = key[0] + (", " + plural(key[1], "thread") if key[1] else "")
         fig.add_scatter(
             x=[r["batch_size"] for r in rows],
             y=[r["samples_per_s"] for r in rows],

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import readable
 from hpclab.dist import RankContext, launch, place
 from hpclab.dist.placement import DEVICES
 from hpclab.measure.timing import time_fn
@@ -192,4 +193,4 @@ def table_at(result: Result, sizes_mb: tuple[float, ...] = (1, 16, 64)) -> Any:
         for r in result.records
         if r["tier"] == "live" and r["bytes"] in want
     ]
-    return pd.DataFrame(rows)
+    return readable(pd.DataFrame(rows))

@@ -21,6 +21,7 @@ import torch
 
 from hpclab.config import Config, param
 from hpclab.ddp.worker import TrainSpec, _bucket_count, batches, dataset, wrap
+from hpclab.display import figure, plural
 from hpclab.dist import RankContext, launch
 from hpclab.measure.timing import time_fn
 from hpclab.progress import Progress
@@ -125,6 +126,7 @@ def run_buckets(config: BucketConfig, progress: Progress) -> Result:
     return make_result("ddp-buckets", config, records)
 
 
+@figure
 def plot_buckets(result: Result):
     import plotly.graph_objects as go
 
@@ -135,7 +137,7 @@ def plot_buckets(result: Result):
         x=labels,
         y=[r["steps_per_s"] for r in rows],
         name="steps/s",
-        text=[f"{r['buckets']} all-reduce(s)/step" for r in rows],
+        text=[f"{plural(r['buckets'], 'all-reduce')}/step" for r in rows],
     )
     fig.update_layout(
         title="DDP bucket_cap_mb (tensor fusion): steps/s, all-reduces per step",

@@ -22,8 +22,8 @@ from typing import Any
 
 from hpclab.config import Config, ConfigError, param
 from hpclab.ddp.worker import TrainSpec, ddp_worker
-from hpclab.dist.placement import DEVICES, gpu_count, place
-from hpclab.measure.sysinfo import usable_cores
+from hpclab.display import plural
+from hpclab.dist.placement import DEVICES, place
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 from hpclab.train import MODELS
@@ -156,7 +156,7 @@ def run_ddp(config: DDPConfig, progress: Progress) -> Result:
     for i, ranks in enumerate(plan):
         part = Progress(
             lambda d, t, n, i=i, r=ranks: progress.update(
-                i + (d / t if t else 0), len(plan), f"{r} rank(s): {n}"
+                i + (d / t if t else 0), len(plan), f"{plural(r, 'rank')}: {n}"
             ),
             cancel=progress.cancel_event,
         )
@@ -191,19 +191,3 @@ def run_ddp(config: DDPConfig, progress: Progress) -> Result:
         )
     progress.update(len(plan), len(plan), "done")
     return make_result("ddp", config, records)
-
-
-def scaling_explorer(**kwargs: Any):
-    """The scaling explorer of chapter 06: the ``ddp`` panel, points accumulating, with the
-    ranks slider capped at what this allocation offers (GPUs or usable cores)."""
-    from hpclab.widgets import panel
-
-    view = panel(
-        "ddp",
-        fields=("ranks", "batch_size", "model", "scaling", "device"),
-        accumulate=True,
-        **kwargs,
-    )
-    view.controls["ranks"].max = max(2, gpu_count(), usable_cores())
-    view.controls["batch_size"].max = 2048  # a linear slider to 65536 is unusable
-    return view

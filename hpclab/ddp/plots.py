@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hpclab.display import figure, plural
 from hpclab.results import Result, load_reference
 
 # Guan 2019's tables, each as one curve: (reference name, filter, short label, label)
@@ -92,6 +93,7 @@ def add_both_panels(
     )
 
 
+@figure
 def plot_ddp(result: Result):
     """Samples/s and efficiency against ranks, live and model, with Guan 2019's tables."""
     from plotly.subplots import make_subplots
@@ -128,6 +130,7 @@ def plot_ddp(result: Result):
     return fig
 
 
+@figure
 def plot_allreduce(result: Result):
     """Bus bandwidth and time against message size (log-log), measured and fitted."""
     from plotly.subplots import make_subplots
@@ -141,7 +144,7 @@ def plot_allreduce(result: Result):
             )
     for (tier, impl, ranks), rows in sorted(groups.items()):
         rows = sorted(rows, key=lambda r: r["bytes"])
-        name = f"{impl}, {ranks} ranks ({tier})"
+        name = f"{impl}, {plural(ranks, 'rank')} ({tier})"
         mode = "markers" if tier == "live" else "lines"
         x = [r["bytes"] for r in rows]
         add_both_panels(

@@ -14,6 +14,7 @@ from typing import Any
 from hpclab.config import Config, ConfigError, param
 from hpclab.ddp.cost_model import LINKS, WORKLOADS, Workload, predict
 from hpclab.ddp.plots import add_both_panels, reference_scaling
+from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 
@@ -99,6 +100,7 @@ def run_scaling_model(config: ScalingModelConfig, progress: Progress) -> Result:
     return make_result("scaling-model", config, records)
 
 
+@figure
 def plot_scaling_model(result: Result):
     from plotly.subplots import make_subplots
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure, readable
 from hpclab.dist.placement import OVERSUBSCRIBE_LIMIT
 from hpclab.measure.sysinfo import usable_cores
 from hpclab.progress import Progress
@@ -135,6 +136,7 @@ def run_hogwild(config: HogwildConfig, progress: Progress) -> Result:
     return make_result("hogwild", config, summaries + curves)
 
 
+@figure
 def plot_hogwild(result: Result):
     """Smoothed training loss against wall time and against updates, one line per run."""
     from plotly.subplots import make_subplots
@@ -177,7 +179,7 @@ def speedup_table(result: Result):
     import pandas as pd
 
     rows = [r for r in result.records if r.get("kind") == "summary"]
-    return pd.DataFrame(rows).drop(columns=["kind", "tier"], errors="ignore")
+    return readable(pd.DataFrame(rows).drop(columns=["kind", "tier"], errors="ignore"))
 
 
 def oversubscription_sweep(

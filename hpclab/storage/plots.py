@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from hpclab.display import figure, plural
 from hpclab.results import Result
 
 
+@figure
 def plot_pack(result: Result):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -21,6 +23,7 @@ def plot_pack(result: Result):
     return fig
 
 
+@figure
 def plot_read(result: Result):
     """Samples/s per format, one group per (cache, order), log scale."""
     import plotly.graph_objects as go
@@ -50,6 +53,7 @@ def plot_read(result: Result):
     return fig
 
 
+@figure
 def plot_loader(result: Result, reference: Result | None = None):
     """Seconds per 100 batches vs batch size: live lines beside Fox et al. 2015's Caffe table."""
     import plotly.graph_objects as go
@@ -67,7 +71,7 @@ def plot_loader(result: Result, reference: Result | None = None):
             x=[r["batch_size"] for r in sel],
             y=[r["seconds_per_100_batches"] for r in sel],
             mode="lines+markers",
-            name=f"{key[0]}, {key[1]} workers (live)",
+            name=f"{key[0]}, {plural(key[1], 'worker')} (live)",
         )
     for fmt in sorted({r["format"] for r in reference.records}):
         sel = [r for r in reference.records if r["format"] == fmt]
@@ -87,6 +91,7 @@ def plot_loader(result: Result, reference: Result | None = None):
     return fig
 
 
+@figure
 def plot_wait(result: Result):
     """Per step: waiting for data (red) on top of computing (blue), one panel per format."""
     from plotly.subplots import make_subplots
@@ -124,6 +129,7 @@ def plot_wait(result: Result):
     return fig
 
 
+@figure
 def plot_staging(result: Result):
     """Left: staging time per method (live vs model). Right: Mao 2017's Lustre stripe table."""
     from plotly.subplots import make_subplots
