@@ -197,3 +197,28 @@ def test_run_all_on_an_unsolved_exercise_notebook_reaches_the_end():
     ]
     assert len(verdicts) == 4
     assert all(v.startswith("NOT YET:") and "not written yet" in v for v in verdicts), verdicts
+
+
+def test_every_check_goes_through_exercise_check():
+    """One behaviour for every exercise: unsolved says NOT YET, grading mode raises (chapter 00)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import hpclab.check
+
+    bare = []
+    for mod in pkgutil.iter_modules(hpclab.check.__path__):
+        module = importlib.import_module(f"hpclab.check.{mod.name}")
+        for name, fn in vars(module).items():
+            if (
+                name.startswith("_")
+                or not inspect.isfunction(fn)
+                or fn.__module__ != module.__name__
+            ):
+                continue
+            if "CheckResult" in str(inspect.signature(fn).return_annotation) and not hasattr(
+                fn, "__wrapped__"
+            ):
+                bare.append(f"{module.__name__}.{name}")
+    assert not bare, f"checks without @exercise_check: {bare}"

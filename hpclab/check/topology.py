@@ -7,7 +7,7 @@ from collections.abc import Callable
 from itertools import combinations
 from typing import Any
 
-from hpclab.check import CheckResult, as_number, failed, near, passed
+from hpclab.check import CheckResult, as_number, exercise_check, failed, near, passed
 from hpclab.topology import lanes as L
 from hpclab.topology import overlap as O
 from hpclab.topology.gpu_pairs import LEVELS
@@ -23,6 +23,7 @@ def _call(fn: Callable, *args: Any) -> float | CheckResult:
     return as_number(value, f"{getattr(fn, '__name__', 'your function')}{args}")
 
 
+@exercise_check
 def pcie_bandwidth(fn: Callable[[int, int], float]) -> CheckResult:
     """(a) ``fn(gen, width)`` -> GB/s in one direction, encoding included, for gens 1-6."""
     if not callable(fn):
@@ -70,6 +71,7 @@ def _pair(p: Any) -> tuple[str, str] | None:
     return tuple(sorted((str(a), str(b))))  # type: ignore[return-value]
 
 
+@exercise_check
 def crossing_pairs(answer: Any, pairs: list[dict[str, Any]]) -> CheckResult:
     """(b) the set of GPU pairs whose traffic crosses the sockets' interconnect (SYS)."""
     try:
@@ -99,6 +101,7 @@ def crossing_pairs(answer: Any, pairs: list[dict[str, Any]]) -> CheckResult:
     return failed("; ".join(hints) + ".")
 
 
+@exercise_check
 def best_group(answer: Any, pairs: list[dict[str, Any]], k: int) -> CheckResult:
     """(b) a group of ``k`` GPUs whose worst pair uses the best path possible on this machine."""
     level = {_pair((p["gpu_a"], p["gpu_b"])): LEVELS.index(p["pcie_path"]) for p in pairs}
@@ -128,6 +131,7 @@ def best_group(answer: Any, pairs: list[dict[str, Any]], k: int) -> CheckResult:
 COPY_CASES = ((64 * 2**20, 12.0, 8.0), (2**30, 25.0, 10.0), (4 * 2**20, 6.0, 40.0))
 
 
+@exercise_check
 def copy_time(fn: Callable[[int, float, float, bool], float]) -> CheckResult:
     """(c) ``fn(nbytes, link_gbps, host_gbps, pinned)`` -> seconds: pinned goes straight over
     the link; pageable is first copied into the driver's pinned buffer (host memcpy), then
@@ -165,6 +169,7 @@ def copy_time(fn: Callable[[int, float, float, bool], float]) -> CheckResult:
 PIPE_CASES = ((0.010, 0.030, 8), (0.030, 0.010, 8), (0.005, 0.005, 2), (0.002, 0.050, 100))
 
 
+@exercise_check
 def pipeline(fn: Callable[[float, float, int], float]) -> CheckResult:
     """(d) ``fn(copy_s, compute_s, steps)`` -> total seconds of the overlapped loop."""
     if not callable(fn):
