@@ -16,7 +16,8 @@
 #   on 127.0.0.1 with its own port; jobs find a node's address with `scontrol show node`.
 # The controller's settings are chosen for teaching and CI, and said openly in the chapter:
 # a requeued job waits AuthInfo cred_expire seconds (Slurm's default 120 s; here
-# $HPCLAB_SLURM_REQUEUE_DELAY, default 5), batch jobs start at once (batch_sched_delay=0), and
+# $HPCLAB_SLURM_REQUEUE_DELAY, default 5), batch jobs start at once (batch_sched_delay=0), the
+# scheduler runs every second (sched_interval=1, bf_interval=1; defaults 60 s and 30 s), and
 # task/affinity binds a job to the CPUs it asked for (task/none would show it every core).
 # sacct works without slurmdbd through jobcomp/filetxt (`sacct -c`).
 #
@@ -138,7 +139,9 @@ write_conf() {
     echo "TaskPlugin=$TASK_PLUGIN"
     echo "SelectType=select/cons_tres"
     echo "SelectTypeParameters=CR_Core_Memory"
-    echo "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0"
+    # scheduler passes every second (defaults: 60 s main, 30 s backfill): a requeued job starts
+    # as soon as its cred_expire wait is over, not at the next pass
+    echo "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,sched_interval=1,bf_interval=1"
     echo "MpiDefault=none"
     echo "MailProg=/bin/true"
     echo "AccountingStorageType=accounting_storage/none"
