@@ -23,3 +23,56 @@ def no_orphans():
         [p for p in me.children(recursive=True) if p.pid not in before], timeout=3
     )
     assert not alive, f"processes left behind: {[(p.pid, p.name()) for p in alive]}"
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory):
+    """The local Slurm of ``scripts/local_slurm.sh`` (chapter 07): started for the session and
+    stopped after it, or, when one is already up (``make slurm-up``), used and left up.
+
+    Skips where it cannot run (not root, Debian's slurm/munge missing) unless
+    ``HPCLAB_REQUIRE_SLURM=1`` (CI), where that is a failure.
+    """
+    import shutil
+
+    from hpclab.cluster import local
+    from hpclab.cluster.slurm import SlurmError
+
+    why = None
+    if os.geteuid() != 0:
+        why = "the local Slurm needs root (slurmd starts jobs as their user)"
+    elif not all(shutil.which(b) for b in ("slurmctld", "slurmd", "sbatch", "munged")):
+        why = "Debian's slurmctld slurmd slurm-client munge are not installed"
+    if why:
+        if os.environ.get("HPCLAB_REQUIRE_SLURM") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("HPCLAB_JOBS_DIR", str(tmp_path_factory.mktemp("jobs")))
+    was_up = local.connect() is not None and (local.connect().site == "local")
+    try:
+        cluster = local.up()
+    except SlurmError as exc:
+        mp.undo()
+        pytest.fail(str(exc))
+    try:
+        yield cluster
+    finally:
+        if not was_up:
+            local.down()
+        mp.undo()
+
+
+@pytest.fixture
+def cluster(slurm):
+    """The session's local Slurm; the test must leave no job in its queue."""
+    import time
+
+    yield slurm
+    deadline = time.monotonic() + 15
+    while slurm.queue() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = slurm.queue()
+    for job in left:
+        slurm.cancel(job["job_id"])
+    assert not left, f"jobs left in the queue: {left}"

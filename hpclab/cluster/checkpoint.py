@@ -77,7 +77,9 @@ def load_latest(directory: str | Path) -> tuple[dict | None, Path | None, list[s
         try:
             state = torch.load(path, weights_only=False)
         except Exception as exc:  # truncated zip, bad pickle: refuse this one, try the previous
-            refused.append(f"{path.name}: unreadable ({type(exc).__name__}), using the previous one")
+            refused.append(
+                f"{path.name}: unreadable ({type(exc).__name__}), using the previous one"
+            )
             continue
         if not isinstance(state, dict) or "step" not in state:
             refused.append(f"{path.name}: not a training checkpoint, using the previous one")

@@ -93,7 +93,9 @@ def run_layout(cluster, site, spec: TrainSpec, nodes: int, rpn: int, progress: P
     work = new_workdir(f"ddp-{nodes}x{rpn}")
     (work / "spec.json").write_text(json.dumps(asdict(spec)))
     cmds = torchrun_commands(rpn, f"{work / 'spec.json'} {work}")
-    job = submit(cluster, site, job_spec(nodes, rpn, site.partition(None).cpus_per_node), cmds, workdir=work)
+    job = submit(
+        cluster, site, job_spec(nodes, rpn, site.partition(None).cpus_per_node), cmds, workdir=work
+    )
     state = job.result(timeout_s=300, progress=progress)
     out = json.loads((work / "rank0.json").read_text())
     out["flat_params"] = torch.load(work / "params.pt")
@@ -113,7 +115,9 @@ def run_multinode(config: MultinodeConfig, progress: Progress) -> Result:
         layouts.append((1, world))
     total = len(layouts) + 1
     progress.update(0, total, "one process with the combined batch")
-    serial = launch(ddp_worker, 1, args=(replace(spec, per_rank_batch=spec.per_rank_batch * world),))
+    serial = launch(
+        ddp_worker, 1, args=(replace(spec, per_rank_batch=spec.per_rank_batch * world),)
+    )
     ref = serial[0]["flat_params"]
     records = []
     for i, (n, r) in enumerate(layouts, start=1):

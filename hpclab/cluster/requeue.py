@@ -44,7 +44,9 @@ class RequeueConfig(Config):
     )
     steps: int = param(300, min=2, max=100000, quick=30, help="training steps")
     step_delay_s: float = param(0.25, min=0.0, max=10.0, quick=0.05, help="extra seconds per step")
-    after_steps: int = param(8, min=1, max=100000, help="signal trigger: USR2 after this many steps")
+    after_steps: int = param(
+        8, min=1, max=100000, help="signal trigger: USR2 after this many steps"
+    )
     warn_s: int = param(50, min=5, max=59, help="limit trigger: --signal=B:USR2@warn_s")
     seed: int = param(0, min=0, max=2**31 - 1, help="data and weight seed")
 
@@ -63,7 +65,9 @@ class RequeueConfig(Config):
 
 def requeue_spec(config: RequeueConfig) -> JobSpec:
     if config.trigger == "limit":
-        return JobSpec(name="requeue", time="1", signal=f"B:USR2@{config.warn_s}", requeue=True, mem="1G")
+        return JobSpec(
+            name="requeue", time="1", signal=f"B:USR2@{config.warn_s}", requeue=True, mem="1G"
+        )
     return JobSpec(name="requeue", time="00:05:00", signal="B:USR2@30", requeue=True, mem="1G")
 
 
@@ -80,10 +84,14 @@ def wait_for_step(job: Job, step: int, timeout_s: float, progress: Progress) -> 
     while f"step {step} " not in job.log():
         st = job.state()
         if st.done:
-            raise SlurmError(f"job {job.job_id} ended {st.state} before step {step}:\n{job.log(tail=10)}")
+            raise SlurmError(
+                f"job {job.job_id} ended {st.state} before step {step}:\n{job.log(tail=10)}"
+            )
         if time.monotonic() > deadline:
             job.cancel()
-            raise SlurmError(f"job {job.job_id} did not reach step {step} in {timeout_s:g} s; cancelled")
+            raise SlurmError(
+                f"job {job.job_id} did not reach step {step} in {timeout_s:g} s; cancelled"
+            )
         progress.check()
         time.sleep(0.1)
 
@@ -120,7 +128,11 @@ def run_requeue(config: RequeueConfig, progress: Progress) -> Result:
         "checkpoint_mb": ckpts[0]["mb"] if ckpts else 0.0,
         "checkpoint_mb_per_s": min((c["mb_per_s"] for c in ckpts), default=0.0),
         "requeue_gap_s": max(
-            (starts[c["attempt"] + 1] - c["signal_at"] for c in ckpts if c["attempt"] + 1 in starts),
+            (
+                starts[c["attempt"] + 1] - c["signal_at"]
+                for c in ckpts
+                if c["attempt"] + 1 in starts
+            ),
             default=0.0,
         ),
     }
@@ -128,6 +140,8 @@ def run_requeue(config: RequeueConfig, progress: Progress) -> Result:
         first = ckpts[0]
         summary["signal_before_limit_s"] = starts[first["attempt"]] + 60 - first["signal_at"]
     losses = json.loads((work / "losses.json").read_text())
-    records = [summary] + [{"kind": "loss", "step": s, "loss": v, "attempt": a} for s, v, a in losses]
+    records = [summary] + [
+        {"kind": "loss", "step": s, "loss": v, "attempt": a} for s, v, a in losses
+    ]
     progress.update(3, 3, "done")
     return make_result("requeue", config, records)

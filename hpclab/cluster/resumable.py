@@ -133,8 +133,17 @@ def main(out_dir: str, steps: int, step_delay_s: float, seed: int) -> int:
         log(f"step {t.step} loss {t.losses[-1][1]:.4f}")
         if warned:
             info = save_checkpoint(out / "checkpoints", t.step, t.state())
-            record(out, {"event": "checkpoint", "attempt": attempt, "step": t.step,
-                         "signal_at": warned[0], "saved_at": time.time(), **info})
+            record(
+                out,
+                {
+                    "event": "checkpoint",
+                    "attempt": attempt,
+                    "step": t.step,
+                    "signal_at": warned[0],
+                    "saved_at": time.time(),
+                    **info,
+                },
+            )
             log(f"USR2: saved step {t.step} ({info['mb']:.2f} MB, {info['mb_per_s']:.0f} MB/s)")
             job = os.environ.get("SLURM_JOB_ID")
             if job:

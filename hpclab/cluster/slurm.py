@@ -96,7 +96,9 @@ class Cluster:
         except FileNotFoundError as exc:
             raise SlurmError(f"{args[0]} is not installed here: no Slurm client") from exc
         except subprocess.TimeoutExpired as exc:
-            raise SlurmError(f"{' '.join(args[:2])} did not answer in {self.timeout_s:g} s") from exc
+            raise SlurmError(
+                f"{' '.join(args[:2])} did not answer in {self.timeout_s:g} s"
+            ) from exc
         if check and proc.returncode != 0:
             msg = (proc.stderr or proc.stdout).strip().splitlines()
             raise SlurmError(f"{args[0]} failed: {msg[-1] if msg else proc.returncode}")
@@ -205,7 +207,11 @@ class Job:
         # an array: its state is the least advanced of its tasks', done only when all are
         order = ("PENDING", "RUNNING", "COMPLETING")
         live = [s for s in states if not s.done]
-        pick = min(live, key=lambda s: order.index(s.state) if s.state in order else 9) if live else None
+        pick = (
+            min(live, key=lambda s: order.index(s.state) if s.state in order else 9)
+            if live
+            else None
+        )
         bad = [s for s in states if s.done and s.state != "COMPLETED"]
         head = pick or (bad[0] if bad else states[0])
         return JobState(self.job_id, head.state, head.reason, head.exit_code, 0, head.nodes)

@@ -82,12 +82,16 @@ class JobSpec(Config):
 
     def check(self) -> None:
         if not _NAME.match(self.name):
-            raise ConfigError(f"name={self.name!r} is not allowed; allowed: 1-64 of A-Z a-z 0-9 _ . + -")
+            raise ConfigError(
+                f"name={self.name!r} is not allowed; allowed: 1-64 of A-Z a-z 0-9 _ . + -"
+            )
         if time_seconds(self.time) < 60:
             raise ConfigError(f"time={self.time!r} is under a minute; allowed: >= 1 minute")
         mem_mb(self.mem)
         if self.array and not _ARRAY.match(self.array):
-            raise ConfigError(f"array={self.array!r} is not a job array; allowed: e.g. 0-15, 0-15%4, 1,3,5")
+            raise ConfigError(
+                f"array={self.array!r} is not a job array; allowed: e.g. 0-15, 0-15%4, 1,3,5"
+            )
         if self.signal:
             m = _SIGNAL.match(self.signal)
             if not m:
@@ -139,7 +143,11 @@ class JobSpec(Config):
             raise ConfigError(
                 f"account is required at {site.name}; allowed: your project, e.g. {site.account_example}"
             )
-        if self.account and site.account_pattern and not re.match(site.account_pattern, self.account):
+        if (
+            self.account
+            and site.account_pattern
+            and not re.match(site.account_pattern, self.account)
+        ):
             raise ConfigError(
                 f"account={self.account!r} does not look like an account of {site.name}; "
                 f"allowed: e.g. {site.account_example}"
