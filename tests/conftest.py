@@ -38,20 +38,22 @@ def slurm(tmp_path_factory):
     from hpclab.cluster import local
     from hpclab.cluster.slurm import SlurmError
 
+    mp = pytest.MonkeyPatch()
+    mp.setenv("HPCLAB_JOBS_DIR", str(tmp_path_factory.mktemp("jobs")))
+    found = local.connect()
+    was_up = found is not None and found.site == "local"
     why = None
-    if os.geteuid() != 0:
-        why = "the local Slurm needs root (slurmd starts jobs as their user)"
+    if not was_up and os.geteuid() != 0:
+        why = "no local Slurm is up and starting one needs root (make SLURM_SUDO=sudo slurm-up)"
     elif not all(shutil.which(b) for b in ("slurmctld", "slurmd", "sbatch", "munged")):
         why = "Debian's slurmctld slurmd slurm-client munge are not installed"
     if why:
+        mp.undo()
         if os.environ.get("HPCLAB_REQUIRE_SLURM") == "1":
             pytest.fail(why)
         pytest.skip(why)
-    mp = pytest.MonkeyPatch()
-    mp.setenv("HPCLAB_JOBS_DIR", str(tmp_path_factory.mktemp("jobs")))
-    was_up = local.connect() is not None and (local.connect().site == "local")
     try:
-        cluster = local.up()
+        cluster = found if was_up else local.up()
     except SlurmError as exc:
         mp.undo()
         pytest.fail(str(exc))
@@ -65,14 +67,19 @@ def slurm(tmp_path_factory):
 
 @pytest.fixture
 def cluster(slurm):
-    """The session's local Slurm; the test must leave no job in its queue."""
+    """The session's local Slurm; the test must leave no job of its own in the queue."""
     import time
+
+    before = {q["job_id"] for q in slurm.queue()}
+
+    def left() -> list[dict]:
+        return [q for q in slurm.queue() if q["job_id"] not in before]
 
     yield slurm
     deadline = time.monotonic() + 15
-    while slurm.queue() and time.monotonic() < deadline:
+    while left() and time.monotonic() < deadline:
         time.sleep(0.2)
-    left = slurm.queue()
-    for job in left:
+    remaining = left()
+    for job in remaining:
         slurm.cancel(job["job_id"])
-    assert not left, f"jobs left in the queue: {left}"
+    assert not remaining, f"jobs left in the queue: {remaining}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from hpclab.cluster import local
@@ -73,3 +75,20 @@ def test_job_array_runs_every_trial_and_names_the_best(cluster):
     assert [t["task"] for t in trials] == [0, 1]
     assert len({t["lr"] for t in trials}) == 2
     assert summary["best_accuracy"] == max(t["accuracy"] for t in trials)
+
+
+def test_job_monitor_shows_states_and_log_and_cancels(cluster):
+    from hpclab.widgets.job_monitor import job_monitor
+
+    site = local.site_profile(cluster)
+    job = submit(cluster, site, JobSpec(name="watched"), ["echo hello from the job", "sleep 120"])
+    mon = job_monitor(job)
+    job.wait(until=("RUNNING",), timeout_s=30)
+    deadline = time.monotonic() + 20
+    while "hello from the job" not in mon.log.value and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "hello from the job" in mon.log.value and "watched" in mon.queue.value
+    mon.cancel_button.click()
+    mon.wait(timeout_s=30)
+    assert [s for _, s in mon.states][-1] == "CANCELLED" and "RUNNING" in mon.figure.data[0].y
+    assert "CANCELLED" in mon.status.value and mon.cancel_button.disabled

@@ -4,9 +4,11 @@ The job runs :mod:`hpclab.cluster.resumable` with ``--requeue`` and one of two t
 
 - ``limit`` (the real thing): ``--time=1`` (one minute, Slurm's smallest) and
   ``--signal=B:USR2@warn_s``; the training lasts longer than the limit, so the controller warns
-  it, it saves and requeues, possibly several times, and finishes in a later attempt. Slurm
-  checks limits periodically, so the warning comes up to a minute early (DESIGN: ``@60`` came
-  63 s before the limit) and the kill some seconds after the limit; a requeued job waits
+  it, it saves and requeues, possibly several times, and finishes in a later attempt. The
+  controller sends a warning that falls due before its next periodic check (every 30 s) at once,
+  so it comes up to ~30 s early (``@60`` came 63 s before the limit; ``@50`` on a one-minute
+  job came 4 s after the start, before Python had its handler: hence ``trap '' USR2`` before
+  ``exec``, and ``warn_s`` < 30 here); the kill comes some seconds after the limit; a requeued job waits
   ``cred_expire`` seconds (Slurm's default 120 s; the local cluster sets 5, stated in
   ``scripts/local_slurm.sh``).
 - ``signal`` (fast, for tests and quick mode): after ``after_steps`` steps the same USR2 is sent
@@ -47,7 +49,7 @@ class RequeueConfig(Config):
     after_steps: int = param(
         8, min=1, max=100000, help="signal trigger: USR2 after this many steps"
     )
-    warn_s: int = param(50, min=5, max=59, help="limit trigger: --signal=B:USR2@warn_s")
+    warn_s: int = param(15, min=5, max=29, help="limit trigger: --signal=B:USR2@warn_s")
     seed: int = param(0, min=0, max=2**31 - 1, help="data and weight seed")
 
     def check(self) -> None:
@@ -69,6 +71,16 @@ def requeue_spec(config: RequeueConfig) -> JobSpec:
             name="requeue", time="1", signal=f"B:USR2@{config.warn_s}", requeue=True, mem="1G"
         )
     return JobSpec(name="requeue", time="00:05:00", signal="B:USR2@30", requeue=True, mem="1G")
+
+
+def requeue_commands(config: RequeueConfig, work: str) -> list[str]:
+    """Python becomes the batch shell (``exec``), so ``--signal=B:USR2`` reaches it directly.
+
+    Until Python has installed its handler, USR2 would kill it: ignore it until then (an ignored
+    signal stays ignored across ``exec``; ``signal.signal`` takes it over).
+    """
+    args = f"{work} {config.steps} {config.step_delay_s} {config.seed}"
+    return ["trap '' USR2", f"exec {python()} -m hpclab.cluster.resumable {args}"]
 
 
 def read_events(work: Path) -> list[dict]:
@@ -100,8 +112,9 @@ def run_requeue(config: RequeueConfig, progress: Progress) -> Result:
     cluster = require_cluster()
     site = local.site_profile(cluster)
     work = new_workdir("requeue")
-    cmd = f"exec {python()} -m hpclab.cluster.resumable {work} {config.steps} {config.step_delay_s} {config.seed}"
-    job = submit(cluster, site, requeue_spec(config), [cmd], workdir=work)
+    job = submit(
+        cluster, site, requeue_spec(config), requeue_commands(config, str(work)), workdir=work
+    )
     progress.update(0, 3, f"job {job.job_id} submitted")
     try:
         if config.trigger == "signal":
