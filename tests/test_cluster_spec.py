@@ -118,3 +118,17 @@ def test_parse_header_reads_short_options_and_stops_at_the_first_command():
         "time": "30",
         "account": "def-x",
     }
+
+
+def test_allocation_summary_names_site_job_and_resources():
+    from hpclab.cluster.allocation import summary
+
+    env = {
+        "CC_CLUSTER": "fir",
+        "SLURM_JOB_ID": "42",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_CPUS_PER_TASK": "8",
+        "SLURM_GPUS_ON_NODE": "4",
+    }
+    assert summary(env, ask_squeue=False) == "site alliance; job 42, 2 nodes, 8 cpus, 4 gpus"
+    assert summary({}, ask_squeue=False) == "no known site profile; not inside a Slurm job"
