@@ -92,3 +92,15 @@ def test_job_monitor_shows_states_and_log_and_cancels(cluster):
     mon.wait(timeout_s=30)
     assert [s for _, s in mon.states][-1] == "CANCELLED" and "RUNNING" in mon.figure.data[0].y
     assert "CANCELLED" in mon.status.value and mon.cancel_button.disabled
+
+
+def test_cancelling_the_wait_cancels_the_job(cluster):
+    from hpclab.progress import Cancelled
+
+    site = local.site_profile(cluster)
+    job = submit(cluster, site, JobSpec(name="interrupted"), ["sleep 120"])
+    progress = Progress()
+    progress.cancel()  # the widget's Cancel, or Ctrl-C in the CLI (KeyboardInterrupt) alike
+    with pytest.raises(Cancelled):
+        job.wait(progress=progress)
+    assert job.wait(timeout_s=20).state == "CANCELLED"

@@ -132,3 +132,19 @@ def test_allocation_summary_names_site_job_and_resources():
     }
     assert summary(env, ask_squeue=False) == "site alliance; job 42, 2 nodes, 8 cpus, 4 gpus"
     assert summary({}, ask_squeue=False) == "no known site profile; not inside a Slurm job"
+
+
+def test_cli_cluster_env_prints_the_local_clusters_conf(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("HPCLAB_SLURM_DIR", str(tmp_path))
+    out = subprocess.run(
+        [sys.executable, "-m", "hpclab.cli", "cluster", "env"], capture_output=True, text=True
+    )
+    assert out.returncode == 0
+    assert f"export SLURM_CONF={tmp_path}/etc/slurm.conf" in out.stdout.splitlines()
+    bad = subprocess.run(
+        [sys.executable, "-m", "hpclab.cli", "cluster", "start"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "invalid choice: 'start'" in bad.stderr
