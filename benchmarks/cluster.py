@@ -8,7 +8,10 @@ up, and stops what it started):
    + polling ``squeue`` every 0.2 s; interleaved, median of 3 each. Goal: within 10%.
 2. A job array of 8 tasks of 1 s each, 4 at a time, vs the same 8 tasks one after another in one
    job (DESIGN: 16 x 0.5 s on 2 CPUs took 8.7 s). Goal: the array >= 2x faster.
-3. Reported without a goal: checkpoint write speed (MB/s, 100 MB, write + fsync + rename).
+3. Two-node DDP (2 nodes x 2 ranks, tiny model, batch 32 per rank): median step time of
+   ``hpclab run ddp-multinode``'s job vs the same ``srun torchrun`` command written by hand around
+   the plain tutorial-style script ``benchmarks/ddp_torchrun_plain.py``. Goal: within 10%.
+4. Reported without a goal: checkpoint write speed (MB/s, 100 MB, write + fsync + rename).
 """
 
 from __future__ import annotations
@@ -70,6 +73,36 @@ def array_vs_serial(cluster, site, root: Path) -> tuple[float, float]:
     return array_s, time.monotonic() - t0
 
 
+PLAIN = """#!/bin/bash
+#SBATCH --nodes=2 --ntasks-per-node=1 --cpus-per-task=2 --time=10 --mem=2G
+export GLOO_SOCKET_IFNAME=lo PYTHONPATH={root} TMPDIR=/tmp
+head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+addr=$(scontrol show node "$head" -o | sed -n 's/.* NodeAddr=\\([^ ]*\\).*/\\1/p')
+srun {py} -m torch.distributed.run --nnodes=2 --nproc-per-node=2 --rdzv-backend=c10d \\
+  --rdzv-endpoint=$addr:{port} --rdzv-id=$SLURM_JOB_ID {root}/benchmarks/ddp_torchrun_plain.py tiny 32 {steps} 3
+"""
+
+
+def ddp_vs_plain(cluster, site, root: Path, steps: int = 30) -> tuple[float, float]:
+    import json
+    import socket
+
+    from hpclab.cluster.multinode import MultinodeConfig, run_layout, train_spec
+    from hpclab.progress import Progress
+
+    spec = train_spec(MultinodeConfig(per_rank_batch=32, steps=steps))
+    ours = run_layout(cluster, site, spec, 2, 2, Progress())["step_s"]
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    repo = Path(__file__).resolve().parents[1]
+    text = PLAIN.format(root=repo, py=sys.executable, port=port, steps=steps)
+    job = cluster.submit(text, root / "plain-ddp")
+    job.result(timeout_s=300)
+    line = next(ln for ln in job.log().splitlines() if ln.startswith("{"))
+    return ours, json.loads(line)["step_s"]
+
+
 def main() -> int:
     cluster = local.connect()
     started = False
@@ -93,6 +126,11 @@ def main() -> int:
         )
         array_s, serial_s = array_vs_serial(cluster, site, root)
         print(f"8 x 1 s tasks: array %4 {array_s:.2f} s, one after another {serial_s:.2f} s")
+        ours, plain_ddp = ddp_vs_plain(cluster, site, root)
+        print(
+            f"2 nodes x 2 ranks DDP step: hpclab job {1e3 * ours:.1f} ms, "
+            f"hand-written srun torchrun {1e3 * plain_ddp:.1f} ms"
+        )
         ck = save_checkpoint(root / "ckpt", 1, {"step": 1, "w": bytearray(100_000_000)})
         print(
             f"checkpoint: {ck['mb']:.0f} MB in {ck['seconds']:.2f} s = {ck['mb_per_s']:.0f} MB/s "
@@ -104,6 +142,9 @@ def main() -> int:
         speedup = serial_s / array_s
         verdict = "PASS" if speedup >= 2.0 else "FAIL"
         print(f"cluster: array_speedup={speedup:.2f} goal>=2.0 {verdict}")
+        ddp_ratio = ours / plain_ddp
+        verdict = "PASS" if ddp_ratio <= 1.10 else "FAIL"
+        print(f"cluster: ddp_step_ratio={ddp_ratio:.3f} goal<=1.10 {verdict}")
     finally:
         subprocess.run(["rm", "-rf", str(root)])
         if started:
