@@ -154,6 +154,7 @@ write_conf() {
     echo "InactiveLimit=0"
     echo "Waittime=0"
     echo "DefMemPerCPU=512"
+    echo "Epilog=$ROOT/etc/epilog.sh"
     echo "NodeName=DEFAULT CPUs=$cpus SocketsPerBoard=$sockets CoresPerSocket=$cores ThreadsPerCore=$threads RealMemory=$mem State=UNKNOWN"
     local i=1 n
     for n in $(node_names); do
@@ -164,6 +165,9 @@ write_conf() {
   } >"$CONF.new"
   mv "$CONF.new" "$CONF"
   chmod 0644 "$CONF"
+  # a job's node-local scratch (the local site profile's $SLURM_TMPDIR) ends with the job
+  printf '#!/bin/sh\nrm -rf "/tmp/hpclab-job-$SLURM_JOB_ID"\n' >"$ROOT/etc/epilog.sh"
+  chmod 0755 "$ROOT/etc/epilog.sh"
 }
 
 healthy() {

@@ -104,3 +104,16 @@ def test_cancelling_the_wait_cancels_the_job(cluster):
     with pytest.raises(Cancelled):
         job.wait(progress=progress)
     assert job.wait(timeout_s=20).state == "CANCELLED"
+
+
+def test_staging_runs_as_a_job_step_into_the_jobs_scratch(cluster):
+    from hpclab.cluster.staging_job import StagingJobConfig, run_staging_job
+
+    result = run_staging_job(StagingJobConfig(files=50), Progress())
+    live = [r for r in result.records if r["tier"] == "live"]
+    assert sorted(r["method"] for r in live) == ["files", "lmdb", "tar"]
+    job_id = live[0]["job_id"]
+    assert all(r["slurm_tmpdir"] == f"/tmp/hpclab-job-{job_id}" for r in live)
+    assert live[0]["node"] in ("node1", "node2")
+    files = next(r for r in live if r["method"] == "files")
+    assert files["opens"] >= 50  # one open per small file

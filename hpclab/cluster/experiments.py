@@ -7,7 +7,9 @@ from hpclab.cluster.hello import HelloConfig, run_hello
 from hpclab.cluster.multinode import MultinodeConfig, run_multinode
 from hpclab.cluster.plots import plot_array, plot_hello, plot_multinode, plot_requeue
 from hpclab.cluster.requeue import RequeueConfig, run_requeue
+from hpclab.cluster.staging_job import StagingJobConfig, run_staging_job
 from hpclab.experiments import Experiment
+from hpclab.storage.plots import plot_staging
 
 EXPERIMENTS = [
     Experiment(
@@ -41,5 +43,13 @@ EXPERIMENTS = [
         ArrayConfig,
         run_array,
         plot_array,
+    ),
+    Experiment(
+        "staging-job",
+        "07",
+        "chapter 04's staging to node-local disk ($SLURM_TMPDIR) as a job step",
+        StagingJobConfig,
+        run_staging_job,
+        plot_staging,
     ),
 ]

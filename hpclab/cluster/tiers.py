@@ -3,7 +3,8 @@
 The chapter's notebook calls :func:`live_or_recorded` for each experiment: with a Slurm it runs
 the experiment (the same ``run`` as the CLI and the tests); without one it prints the job script
 the experiment would submit and returns a run recorded on the local cluster, bundled in
-``hpclab/references/cluster_<name>.json`` with its source, so every plot still draws.
+``hpclab/references/cluster_<name>.json`` with its source, so every plot still draws (the
+staging job instead runs chapter 04's staging here, outside a job).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from hpclab.cluster.runner import python
 from hpclab.cluster.script import render
 from hpclab.cluster.slurm import Cluster
 from hpclab.cluster.spec import JobSpec
+from hpclab.cluster.staging_job import StagingJobConfig, staging_commands
 from hpclab.results import Result, load_reference
 
 
@@ -41,6 +43,9 @@ def job_script(name: str, site: str = "local") -> str:
         text = render(
             spec, prof, [f"{python()} -m hpclab.cluster.arrays $WORK $SLURM_ARRAY_TASK_ID"]
         )
+    elif name == "staging-job":
+        cmds = staging_commands(StagingJobConfig().files, "$WORK/staging.json")
+        text = render(JobSpec(name="stage", mem="1G"), prof, cmds)
     else:
         raise KeyError(f"no job script for {name!r}")
     return text.replace(python(), "python")
@@ -55,6 +60,9 @@ def live_or_recorded(name: str, cluster: Cluster | None, **params: Any) -> Resul
     if cluster is not None:
         return experiments.run(name, **params)
     print(job_script(name))
+    if name == "staging-job":  # no job needed to show the lesson: chapter 04's run, here
+        print("No Slurm here: the same staging runs in this process instead of a job step.")
+        return experiments.run("staging", files=StagingJobConfig.create().files)
     ref = recorded(name)
     print(f"No Slurm here: the figure shows a recorded run ({ref.env['source']}).")
     return ref
