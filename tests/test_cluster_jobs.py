@@ -40,17 +40,14 @@ def test_a_failing_job_shows_its_exit_code_and_log_tail(cluster):
 
 
 def test_pending_reason_cancel_and_the_queue(cluster):
-    site = local.site_profile(cluster)
-    spec = JobSpec(name="later")
     work = new_workdir("later")
     # --begin is a real scheduler reason (the same one a requeued job waits with)
     job = cluster.submit("#!/bin/bash\n#SBATCH --begin=now+600\n#SBATCH --time=1\ntrue\n", work)
     st = job.wait(until=("PENDING",), timeout_s=20)
     assert st.reason == "BeginTime"
-    assert [q["job_id"] for q in cluster.queue()] == [job.job_id]
+    assert job.job_id in [q["job_id"] for q in cluster.queue()]
     job.cancel()
     assert job.wait(timeout_s=20).state == "CANCELLED"
-    assert spec.check_site(site) is spec
 
 
 def test_site_limits_refuse_before_sbatch_and_test_only_accepts_a_rendered_script(

@@ -72,12 +72,12 @@ def why_not() -> str:
     """One sentence: why :func:`connect` found no Slurm."""
     if shutil.which("sbatch") is None:
         return (
-            "There is no Slurm here (no sbatch command): below are the job scripts it would run "
-            "and the reference results; `hpclab cluster up` starts a local one (as root)."
+            "There is no Slurm here (no sbatch command), so the chapter shows its job scripts "
+            "and recorded runs; `hpclab cluster up` starts a local one (as root)."
         )
     return (
-        "Slurm's commands are installed but no controller answers: below are the job scripts "
-        "and the reference results; `hpclab cluster up` starts a local one (as root)."
+        "Slurm's commands are installed but no controller answers, so the chapter shows its "
+        "job scripts and recorded runs; `hpclab cluster up` starts a local one (as root)."
     )
 
 
