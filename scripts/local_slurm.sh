@@ -226,16 +226,20 @@ stop_jobs() { # cancel this cluster's jobs, then end any job step left from a no
     scancel --full --quiet $(squeue -h -o %i 2>/dev/null) 2>/dev/null || true
     for _ in $(seq 1 50); do [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.2; done
   fi
-  # slurmstepd processes of our nodes hold sockets in our spool directory: those are ours
-  local fd pid
-  for fd in /proc/[0-9]*/fd/*; do
-    case $(readlink "$fd" 2>/dev/null || true) in
-    "$ROOT/spool/"*)
-      pid=${fd#/proc/}
-      pid=${pid%%/*}
-      [ "$pid" != $$ ] && kill -9 "$pid" 2>/dev/null || true
-      ;;
-    esac
+  # a slurmstepd of one of our nodes holds a socket in our spool directory: only those are ours
+  local proc fd comm
+  for proc in /proc/[0-9]*; do
+    comm=
+    read -r comm <"$proc/comm" 2>/dev/null || true
+    [ "$comm" = slurmstepd ] || continue
+    for fd in "$proc"/fd/*; do
+      case $(readlink "$fd" 2>/dev/null || true) in
+      "$ROOT/spool/"*)
+        kill -9 "${proc#/proc/}" 2>/dev/null || true
+        break
+        ;;
+      esac
+    done
   done
 }
 

@@ -40,8 +40,7 @@ def slurm(tmp_path_factory):
 
     mp = pytest.MonkeyPatch()
     mp.setenv("HPCLAB_JOBS_DIR", str(tmp_path_factory.mktemp("jobs")))
-    found = local.connect()
-    was_up = found is not None and found.site == "local"
+    was_up = local.local_running()
     why = None
     if not was_up and os.geteuid() != 0:
         why = "no local Slurm is up and starting one needs root (make SLURM_SUDO=sudo slurm-up)"
@@ -53,7 +52,7 @@ def slurm(tmp_path_factory):
             pytest.fail(why)
         pytest.skip(why)
     try:
-        cluster = found if was_up else local.up()
+        cluster = local.up()  # idempotent: connects to one that is already up
     except SlurmError as exc:
         mp.undo()
         pytest.fail(str(exc))

@@ -31,6 +31,16 @@ def local_conf() -> Path:
     return local_dir() / "etc" / "slurm.conf"
 
 
+def local_running() -> bool:
+    """The local controller's process is alive (asking a stopped one makes scontrol wait ~10 s)."""
+    try:
+        pid = int((local_dir() / "run" / "slurmctld.pid").read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def _answers(cluster: Cluster) -> bool:
     try:
         return "UP" in cluster.run("scontrol", "ping")
@@ -59,6 +69,8 @@ def connect() -> Cluster | None:
         candidates.append(str(local_conf()))
     candidates.append(None)  # the site's own configuration
     for conf in candidates:
+        if conf == str(local_conf()) and not local_running():
+            continue
         cluster = Cluster(conf=conf, timeout_s=10.0)
         if _answers(cluster):
             cluster.site = _site_of(cluster)
