@@ -74,7 +74,7 @@ def array_vs_serial(cluster, site, root: Path) -> tuple[float, float]:
 
 
 PLAIN = """#!/bin/bash
-#SBATCH --nodes=2 --ntasks-per-node=1 --cpus-per-task=2 --time=10 --mem=2G
+#SBATCH --nodes=2 --ntasks-per-node=1 --cpus-per-task=2 --time=10 --mem=1G
 export GLOO_SOCKET_IFNAME=lo PYTHONPATH={root} TMPDIR=/tmp
 head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 addr=$(scontrol show node "$head" -o | sed -n 's/.* NodeAddr=\\([^ ]*\\).*/\\1/p')

@@ -82,7 +82,7 @@ def job_spec(nodes: int, ranks_per_node: int, cores_per_node: int) -> JobSpec:
         ntasks_per_node=1,
         cpus_per_task=min(ranks_per_node, cores_per_node),
         time="00:10:00",
-        mem="2G",
+        mem="1G",
     )
 
 
