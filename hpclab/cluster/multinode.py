@@ -1,7 +1,7 @@
 """Experiment ``ddp-multinode``: chapter 06's DDP training on several nodes (chapter 07, section 2).
 
 The job asks for ``nodes`` nodes with one task each; ``srun`` starts one ``torchrun`` per node
-(``--nnodes N --nproc-per-node R``), the agents meet through c10d rendezvous on the first node
+(``--nnodes N --nproc-per-node R``), the torchrun launchers meet through c10d rendezvous on the first node
 (its address from ``scontrol show node``, a free port chosen in the job), and every rank runs
 :func:`hpclab.ddp.worker.ddp_worker` (the same function chapter 06 launches on one machine)
 through :func:`hpclab.dist.torchrun.torchrun_context`. Rank 0 writes its timings and final

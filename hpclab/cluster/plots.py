@@ -76,3 +76,15 @@ def plot_array(result: Result) -> go.Figure:
     fig.update_xaxes(type="log", title="learning rate", row=1, col=1)
     fig.update_layout(title="Parameter search as a job array")
     return fig
+
+
+def horovod_table():
+    """Guan 2019's Horovod ResNet-50 runs on Graham (2 GPUs per node), with the efficiency
+    relative to one node: images/s per GPU / (images/s per GPU on one node)."""
+    from hpclab.results import load_reference
+
+    df = load_reference("seed001_horovod_resnet50").frame()
+    per_gpu = df.samples_per_s / df.gpus
+    return df.assign(efficiency=(per_gpu / per_gpu.iloc[0]).round(2))[
+        ["nodes", "gpus", "samples_per_s", "efficiency"]
+    ]

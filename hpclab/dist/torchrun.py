@@ -2,7 +2,7 @@
 
 The chapter 00 launcher starts ranks on one machine and hands each a :class:`RankContext`.
 Across nodes the course uses the field's engine instead: Slurm starts one ``torchrun`` per node,
-the ``torchrun`` agents meet (c10d rendezvous on the first node) and start the ranks with
+the ``torchrun`` launchers meet (c10d rendezvous on the first node) and start the ranks with
 ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and
 ``MASTER_PORT`` in their environment. :func:`torchrun_context` reads them, joins the process
 group (``env://``), and yields the same :class:`RankContext`, so a worker written for the
