@@ -187,6 +187,24 @@ def _cmd_notebooks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_cluster(args: argparse.Namespace) -> int:
+    """Chapter 07's local Slurm, through the same script the tests and `make slurm-up` use."""
+    from hpclab.cluster import local
+    from hpclab.cluster.slurm import SlurmError
+
+    try:
+        if args.action == "up":
+            local.up(args.nodes)
+            print(local.env(), end="")
+        elif args.action == "down":
+            print(local.down())
+        else:
+            print(local.env(), end="")
+    except SlurmError as err:
+        _fail(str(err), code=1)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
@@ -213,8 +231,13 @@ def _main(argv: list[str] | None = None) -> int:
     nb = sub.add_parser("notebooks", help="execute (refresh) or clean notebooks for git")
     nb.add_argument("action", choices=("refresh", "clean"))
     nb.add_argument("paths", nargs="+")
+    cl = sub.add_parser("cluster", help="start/stop the local Slurm, or print its environment")
+    cl.add_argument("action", choices=("up", "down", "env"))
+    cl.add_argument("--nodes", type=int, default=2, help="slurmd nodes (up)")
     args = parser.parse_args(argv)
     try:
+        if args.command == "cluster":
+            return _cmd_cluster(args)
         if args.command == "doctor":
             return _cmd_doctor(args)
         if args.command == "exercises":

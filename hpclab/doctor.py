@@ -142,6 +142,13 @@ def _root(info: dict[str, Any]) -> Check:
     return Check("root", "ok", "not root")
 
 
+def _site(info: dict[str, Any]) -> Check:
+    """The cluster site and the Slurm allocation this runs in (chapter 07)."""
+    from hpclab.cluster.allocation import summary
+
+    return Check("site", "ok", summary())
+
+
 def _port(info: dict[str, Any]) -> Check:
     # gloo ranks connect over loopback TCP on ports the kernel chooses (port 0).
     try:
@@ -259,6 +266,7 @@ CHECKS: tuple[Callable[[dict[str, Any]], Check], ...] = (
     _shm,
     _threads,
     _scratch,
+    _site,
     _root,
     _port,
     _reverse_dns,

@@ -25,6 +25,7 @@ TOPICS: tuple[str, ...] = (
     "hpclab.storage.experiments",
     "hpclab.sgd.experiments",
     "hpclab.ddp.experiments",
+    "hpclab.cluster.experiments",
     "hpclab.search.experiments",
 )
 
