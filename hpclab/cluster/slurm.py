@@ -24,13 +24,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpclab.config import RunError
 from hpclab.progress import Cancelled, Progress
 
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
 TERMINAL += ("BOOT_FAIL", "DEADLINE", "PREEMPTED", "REVOKED")
 
 
-class SlurmError(RuntimeError):
+class SlurmError(RunError):
     """A Slurm command failed or a job ended badly: one line first, then details."""
 
 
