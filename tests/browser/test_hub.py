@@ -37,7 +37,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from test_lab import KERNEL_IDLE_TIMEOUT_S, _open_run_all_and_check
+from test_lab import _open_run_all_and_check
 
 pytestmark = [pytest.mark.browser, pytest.mark.hub, pytest.mark.timeout(300)]
 
