@@ -142,13 +142,6 @@ def _root(info: dict[str, Any]) -> Check:
     return Check("root", "ok", "not root")
 
 
-def _site(info: dict[str, Any]) -> Check:
-    """The cluster site and the Slurm allocation this runs in (chapter 07)."""
-    from hpclab.cluster.allocation import summary
-
-    return Check("site", "ok", summary())
-
-
 def _port(info: dict[str, Any]) -> Check:
     # gloo ranks connect over loopback TCP on ports the kernel chooses (port 0).
     try:
@@ -262,17 +255,21 @@ def _soft_find(name: str) -> object | None:
 
 def _slurm_job(info: dict[str, Any]) -> Check:
     """The job this kernel runs in: its id, what it was given, its time left (chapter 07)."""
+    from hpclab.cluster.profiles import detect
     from hpclab.measure.allocation import format_duration, slurm_allocation
 
+    site = detect()
+    site = f"site {site}; " if site else ""
     job = slurm_allocation()
     if job is None:
-        return Check("slurm_job", "ok", "not inside a Slurm job")
-    given = [f"{job.cpus} core{'s' if job.cpus != 1 else ''}" if job.cpus else "cores ?"]
+        return Check("slurm_job", "ok", f"{site}not inside a Slurm job")
+    given = [f"{job.nodes} nodes"] if job.nodes and job.nodes > 1 else []
+    given.append(f"{job.cpus} core{'s' if job.cpus != 1 else ''}" if job.cpus else "cores ?")
     if job.mem_gb:
         given.append(f"{job.mem_gb:.1f} GB")
     given.append(f"{job.gpus or 0} GPU{'s' if (job.gpus or 0) != 1 else ''}")
     left = f", {format_duration(job.time_left_s)} left" if job.time_left_s is not None else ""
-    text = f"job {job.job_id} on {job.node or '?'}: {', '.join(given)}{left}"
+    text = f"{site}job {job.job_id} on {job.node or '?'}: {', '.join(given)}{left}"
     affinity = (info.get("cores_usable_sources") or {}).get("affinity")
     if job.cpus and affinity and affinity > job.cpus:
         return Check(
@@ -312,7 +309,6 @@ CHECKS: tuple[Callable[[dict[str, Any]], Check], ...] = (
     _shm,
     _threads,
     _scratch,
-    _site,
     _root,
     _port,
     _reverse_dns,

@@ -120,18 +120,27 @@ def test_parse_header_reads_short_options_and_stops_at_the_first_command():
     }
 
 
-def test_allocation_summary_names_site_job_and_resources():
-    from hpclab.cluster.allocation import summary
+def test_doctor_names_site_job_and_resources(monkeypatch):
+    from hpclab.doctor import _slurm_job
 
+    for k in list(__import__("os").environ):
+        if k.startswith("SLURM_") or k == "CC_CLUSTER":
+            monkeypatch.delenv(k)
     env = {
         "CC_CLUSTER": "fir",
         "SLURM_JOB_ID": "42",
         "SLURM_JOB_NUM_NODES": "2",
         "SLURM_CPUS_PER_TASK": "8",
         "SLURM_GPUS_ON_NODE": "4",
+        "SLURM_JOB_END_TIME": str(int(__import__("time").time()) + 7200),
     }
-    assert summary(env, ask_squeue=False) == "site alliance; job 42, 2 nodes, 8 cpus, 4 gpus"
-    assert summary({}, ask_squeue=False) == "no known site profile; not inside a Slurm job"
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    check = _slurm_job({"cores_usable_sources": {"affinity": 8}})
+    assert check.message.startswith("site alliance; job 42 on ?: 2 nodes, 8 cores, 4 GPUs")
+    for k in env:
+        monkeypatch.delenv(k)
+    assert _slurm_job({}).message == "not inside a Slurm job"
 
 
 def test_cli_cluster_env_prints_the_local_clusters_conf(tmp_path, monkeypatch):

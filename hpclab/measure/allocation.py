@@ -34,6 +34,7 @@ class Allocation:
     """What Slurm granted this job on this node (chapter 07); ``None`` fields: not known."""
 
     job_id: str
+    nodes: int | None
     cpus: int | None
     mem_gb: float | None
     gpus: int | None
@@ -106,6 +107,7 @@ def slurm_allocation(env: Mapping[str, str] | None = None) -> Allocation | None:
         time_left = None
     return Allocation(
         job_id=job_id,
+        nodes=_int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES")),
         cpus=cpus,
         mem_gb=mem_mib / 1024 if mem_mib else None,
         gpus=_int(env.get("SLURM_GPUS_ON_NODE")),
