@@ -21,6 +21,7 @@ from hpclab.results import Result
 TOPICS: tuple[str, ...] = (
     "hpclab.welcome",
     "hpclab.compute.experiments",
+    "hpclab.profiling.experiments",
     "hpclab.storage.experiments",
     "hpclab.sgd.experiments",
     "hpclab.ddp.experiments",

@@ -152,6 +152,11 @@ def usable_cores() -> int:
     return _usable()[0]
 
 
+def phase(name: str, on: bool) -> contextlib.AbstractContextManager:
+    """A ``torch.profiler.record_function`` range when ``on`` (a named band in the trace)."""
+    return torch.profiler.record_function(name) if on else contextlib.nullcontext()
+
+
 @dataclass
 class PatientRun:
     """What one run of the patient measured."""
@@ -181,6 +186,7 @@ def train(
     device: str = "cpu",
     seed: int = 0,
     on_step: Callable[[int], None] | None = None,
+    ranges: bool = False,
 ) -> PatientRun:
     """Train the patient for ``steps`` steps with the named faults switched on.
 
@@ -191,12 +197,15 @@ def train(
     ``workers`` is a knob, not a fault: DataLoader worker processes pay only when decoding a
     batch costs more than handing it between processes (measured in the chapter: they help the
     slow decoder and slow down the vectorised one), so the healthy run uses 0.
-    ``on_step(i)`` is called after each step (progress, cancel, memory sampling).
+    ``on_step(i)`` is called after each step (progress, cancel, ``prof.step()``); ``ranges``
+    labels the phases (data, forward+backward, optimizer, logging) for torch.profiler.
     """
     faults = parse_faults(faults)
     cores = usable_cores()
     n_workers = workers
-    threads = 4 * cores if "threads" in faults else max(1, cores - n_workers)
+    # A tiny MLP on batches of 64 gains nothing from intra-op threads (chapter 01), and on a
+    # shared node spinning OpenMP threads are what suffers first: one thread when healthy.
+    threads = 4 * cores if "threads" in faults else 1
     with intra_op_threads(threads):
         ds, loader = make_loader(faults, samples, batch, workers, seed)
         model = make_model("tiny", in_features=SIDE * SIDE, classes=CLASSES, seed=seed).to(device)
@@ -209,20 +218,25 @@ def train(
         stream = batches(loader, steps)
         next(stream)  # workers forked before the clock starts
         t0 = time.perf_counter()
-        for i, (xb, yb) in enumerate(stream):
-            xb, yb = xb.to(device), yb.to(device)
-            if "cpu-tensors" in faults:  # rebuilt on the host and copied, every step
-                weights = torch.tensor(weights_list, dtype=torch.float32).to(device)
+        for i in range(steps):
+            with phase("data", ranges):
+                xb, yb = next(stream)
+                xb, yb = xb.to(device), yb.to(device)
+                if "cpu-tensors" in faults:  # rebuilt on the host and copied, every step
+                    weights = torch.tensor(weights_list, dtype=torch.float32).to(device)
             loss_fn = functools.partial(F.cross_entropy, weight=weights)
-            opt.zero_grad(set_to_none=True)
-            loss = forward_backward(model, xb, yb, loss_fn)
-            opt.step()
-            step_losses.append(loss.item() if "item-sync" in faults else loss)
-            if "leak" in faults:
-                total_loss += loss_fn(model(xm), ym)  # the graph of every step stays alive
-            else:
-                with torch.no_grad():
-                    total_loss += loss_fn(model(xm), ym)
+            with phase("forward+backward", ranges):
+                opt.zero_grad(set_to_none=True)
+                loss = forward_backward(model, xb, yb, loss_fn)
+            with phase("optimizer", ranges):
+                opt.step()
+            with phase("logging", ranges):
+                step_losses.append(loss.item() if "item-sync" in faults else loss)
+                if "leak" in faults:
+                    total_loss += loss_fn(model(xm), ym)  # the graph of every step stays alive
+                else:
+                    with torch.no_grad():
+                        total_loss += loss_fn(model(xm), ym)
             if on_step is not None:
                 on_step(i + 1)
         losses = [float(v) for v in torch.stack([torch.as_tensor(v) for v in step_losses]).cpu()]

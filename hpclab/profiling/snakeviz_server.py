@@ -93,7 +93,10 @@ def serve(profile: str | os.PathLike, idle_minutes: float = 60.0, timeout_s: flo
         raise FileNotFoundError(f"profile={str(path)!r} does not exist (save one first)")
     cmd = [sys.executable, "-m", __name__, str(path), str(os.getpid()), str(idle_minutes)]
     root = str(Path(__file__).resolve().parents[2])  # hpclab importable without an install
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+    }
     proc = subprocess.Popen(
         cmd,
         env=env,
@@ -115,7 +118,9 @@ def serve(profile: str | os.PathLike, idle_minutes: float = 60.0, timeout_s: flo
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         proc.wait(timeout=5)
-        raise RuntimeError(f"SnakeViz did not start within {timeout_s:.0f} s ({line or 'no output'})")
+        raise RuntimeError(
+            f"SnakeViz did not start within {timeout_s:.0f} s ({line or 'no output'})"
+        )
     atexit.register(server.stop)
     return server
 
