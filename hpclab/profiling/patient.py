@@ -98,10 +98,21 @@ def _whole_batch(batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor
     return batch  # __getitems__ already returns the collated batch
 
 
-def make_loader(faults: tuple[str, ...], samples: int, batch: int, workers: int, seed: int):
-    """The DataLoader of the patient: the same sample order for any faults and workers."""
-    slow = "slow-data" in faults
-    ds = (EncodedImages if slow else BatchedImages)(samples, seed=seed)
+def make_loader(
+    faults: tuple[str, ...],
+    samples: int,
+    batch: int,
+    workers: int,
+    seed: int,
+    dataset_cls: type | None = None,
+):
+    """The DataLoader of the patient: the same sample order for any faults and workers.
+
+    ``dataset_cls`` replaces the dataset (an exercise's own ``EncodedImages`` subclass); one
+    with ``__getitems__`` returns whole batches, which the loader passes on as they are."""
+    cls = dataset_cls or (EncodedImages if "slow-data" in faults else BatchedImages)
+    ds = cls(samples, seed=seed)
+    batched = callable(getattr(cls, "__getitems__", None))
     n_workers = workers
     sampler = RandomSampler(ds, generator=torch.Generator().manual_seed(seed))
     loader = DataLoader(
@@ -110,7 +121,7 @@ def make_loader(faults: tuple[str, ...], samples: int, batch: int, workers: int,
         sampler=sampler,
         drop_last=True,
         num_workers=n_workers,
-        collate_fn=None if slow else _whole_batch,
+        collate_fn=_whole_batch if batched else None,
         multiprocessing_context="fork" if n_workers else None,
         prefetch_factor=4 if n_workers else None,
         persistent_workers=bool(n_workers),  # forked once, not once per epoch
@@ -187,6 +198,8 @@ def train(
     seed: int = 0,
     on_step: Callable[[int], None] | None = None,
     ranges: bool = False,
+    dataset_cls: type | None = None,
+    monitor_fn: Callable | None = None,
 ) -> PatientRun:
     """Train the patient for ``steps`` steps with the named faults switched on.
 
@@ -199,6 +212,8 @@ def train(
     slow decoder and slow down the vectorised one), so the healthy run uses 0.
     ``on_step(i)`` is called after each step (progress, cancel, ``prof.step()``); ``ranges``
     labels the phases (data, forward+backward, optimizer, logging) for torch.profiler.
+    ``dataset_cls`` and ``monitor_fn(model, loss_fn, x, y) -> loss`` swap in an exercise's
+    dataset and monitoring-loss code.
     """
     faults = parse_faults(faults)
     cores = usable_cores()
@@ -207,7 +222,7 @@ def train(
     # shared node spinning OpenMP threads are what suffers first: one thread when healthy.
     threads = 4 * cores if "threads" in faults else 1
     with intra_op_threads(threads):
-        ds, loader = make_loader(faults, samples, batch, workers, seed)
+        ds, loader = make_loader(faults, samples, batch, workers, seed, dataset_cls)
         model = make_model("tiny", in_features=SIDE * SIDE, classes=CLASSES, seed=seed).to(device)
         opt = torch.optim.SGD(model.parameters(), lr=0.05)
         weights_list = ds.class_weights()
@@ -232,7 +247,9 @@ def train(
                 opt.step()
             with phase("logging", ranges):
                 step_losses.append(loss.item() if "item-sync" in faults else loss)
-                if "leak" in faults:
+                if monitor_fn is not None:
+                    total_loss += monitor_fn(model, loss_fn, xm, ym)
+                elif "leak" in faults:
                     total_loss += loss_fn(model(xm), ym)  # the graph of every step stays alive
                 else:
                     with torch.no_grad():
