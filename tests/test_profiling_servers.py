@@ -35,7 +35,7 @@ def test_snakeviz_loopback_relative_static_and_stops(prof_file):
         conns = _listening(server.port)
         assert conns and all(c.laddr.ip == "127.0.0.1" for c in conns)
         html = urllib.request.urlopen(server.local_url, timeout=10).read().decode()
-        assert "../static/snakeviz.js" in html and '"/static/' not in html
+        assert "src='../static/snakeviz.js'" in html and 'src="/static/' not in html
         js = (
             urllib.request.urlopen(f"http://127.0.0.1:{server.port}/static/snakeviz.js", timeout=10)
             .read()

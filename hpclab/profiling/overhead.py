@@ -43,7 +43,12 @@ WHAT = {
 
 @dataclass(frozen=True)
 class OverheadConfig(Config):
-    tools: tuple = param(TOOLS, choices=TOOLS, help="profilers to compare with the bare run")
+    tools: tuple = param(
+        TOOLS,
+        choices=TOOLS,
+        quick=TOOLS[:-1],  # py-spy's child processes re-import torch: seconds each
+        help="profilers to compare with the bare run",
+    )
     steps: int = param(80, min=10, max=5000, quick=25, help="training steps per run")
     repeat: int = param(5, min=1, max=50, quick=2, help="interleaved rounds")
     fault: str = param("slow-data", help="the patient's faults during the runs (none, all, ...)")

@@ -142,12 +142,20 @@ def _patched_assets(out: Path) -> tuple[Path, Path]:
     shutil.copytree(src / "static", static)
     templates.mkdir()
     html = (src / "templates" / "viz.html").read_text()
-    html = html.replace("'/static/", "'../static/").replace('"/static/', '"../static/')
+    for attr in ('src="', "src='", 'href="'):  # tags only: the worker script adds its own
+        html = html.replace(f"{attr}/static/", f"{attr}../static/")
+    # The chart's web worker first loads two libraries from a CDN: with no internet (compute
+    # nodes) that request hangs and the sunburst never draws. Load them from this server.
+    cdn = "https://cdnjs.cloudflare.com/ajax/libs/"
+    for lib, name in (("immutable/3.8.1/", "immutable"), ("lodash.js/4.17.4/", "lodash")):
+        html = html.replace(
+            f'"{cdn}{lib}{name}.min.js"', f"event.data['url'] + \"/static/vendor/{name}.min.js\""
+        )
     (templates / "viz.html").write_text(html)
     js = (static / "snakeviz.js").read_text()
-    # The chart's web worker loads its libraries from a CDN (no internet on compute nodes)
-    # and then from window.location.origin + "/static": point it at this page's server instead.
-    here = "new URL('..', window.location.href).href.replace(/\\/$/, '')"
+    # ... and the worker's URL of this server is window.location.origin: behind a proxy prefix
+    # it must be the page's own prefix.
+    here = "window.location.href.split('/snakeviz/')[0]"
     js = js.replace("window.location.origin", here)
     (static / "snakeviz.js").write_text(js)
     return templates, static
