@@ -161,6 +161,7 @@ def plot_call_tree(nodes: list[dict[str, Any]], title: str = "", kind: str = "ic
         hovertemplate="%{customdata[0]}<br>cumulative %{customdata[1]:.3f} s "
         "(%{customdata[3]:.0%})<br>self %{customdata[2]:.3f} s<extra></extra>",
         maxdepth=6,
+        **({"tiling": {"orientation": "v"}} if kind == "icicle" else {}),  # root on top
     )
     fig = go.Figure(trace)
     fig.update_layout(

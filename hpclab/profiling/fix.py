@@ -114,6 +114,8 @@ def plot_fix(result: Result) -> go.Figure:
             + [f"{st[-1]['speedup_vs_faulty']:.1f}x faster"],
             textposition="outside",
             showlegend=False,
+            increasing={"marker": {"color": "#e03131"}},  # a "fix" that cost time
+            decreasing={"marker": {"color": "#2f9e44"}},
         ),
         row=1,
         col=1,
