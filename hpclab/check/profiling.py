@@ -253,4 +253,4 @@ def matmul_bound(fn: Callable[[int, int, int, float], str], top_op: str, table: 
                 "Intensity = FLOPs (2 per multiply-add) / bytes moved (4 per fp32 element of "
                 "A, B and C); at or above the ridge point a kernel is compute-bound."
             )
-    return passed(f"{want_op} dominates, and you placed five matmuls on the roofline right.")
+    return passed("right operator (most self time), and five matmuls placed on the roofline right.")
