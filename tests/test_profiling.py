@@ -14,7 +14,7 @@ from hpclab.profiling import cprofile_tree, line_tool, memory_tool, torch_tool
 from hpclab.profiling.patient import FAULTS, EncodedImages, parse_faults, train
 
 
-def _interleaved(cases: dict[str, dict], rounds: int = 3, steps: int = 60) -> dict[str, float]:
+def _interleaved(cases: dict[str, dict], rounds: int = 3, steps: int = 40) -> dict[str, float]:
     """Median seconds per case over interleaved rounds (noise hits every case alike)."""
     train((), steps=5)
     times: dict[str, list[float]] = {k: [] for k in cases}
@@ -25,12 +25,12 @@ def _interleaved(cases: dict[str, dict], rounds: int = 3, steps: int = 60) -> di
 
 
 def test_every_fault_keeps_the_final_loss():
-    healthy = train((), steps=30)
+    healthy = train((), steps=15)
     for fault in FAULTS:
-        run = train(fault, steps=30)
+        run = train(fault, steps=15)
         assert run.final_loss == pytest.approx(healthy.final_loss, rel=1e-5), fault
         assert run.monitor_loss == pytest.approx(healthy.monitor_loss, rel=1e-5), fault
-    both = train("all", steps=30, workers=2)  # workers do not change the batches either
+    both = train("all", steps=15, workers=2)  # workers do not change the batches either
     assert both.final_loss == pytest.approx(healthy.final_loss, rel=1e-5)
 
 
