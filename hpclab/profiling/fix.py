@@ -6,7 +6,7 @@ interleaved rounds (stage A, B, C, A, B, C, ...) so machine noise hits all alike
 stage's final loss is recorded (the fixes must not change it). A second table answers the
 question students ask next: would DataLoader workers have fixed the data path instead? Workers
 run the slow decoder beside the training loop, but handing each batch between processes costs
-too: they help the slow decoder and slow down the vectorised one.
+too: they can help the slow decoder (given free cores) and slow down the vectorised one.
 """
 
 from __future__ import annotations

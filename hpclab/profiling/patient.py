@@ -208,8 +208,9 @@ def train(
     running total (healthy: under ``torch.no_grad()``; ``leak``: with its graph).
 
     ``workers`` is a knob, not a fault: DataLoader worker processes pay only when decoding a
-    batch costs more than handing it between processes (measured in the chapter: they help the
-    slow decoder and slow down the vectorised one), so the healthy run uses 0.
+    batch costs more than handing it between processes (measured in the chapter: they can help
+    the slow decoder, given free cores, and slow down the vectorised one), so the healthy run
+    uses 0.
     ``on_step(i)`` is called after each step (progress, cancel, ``prof.step()``); ``ranges``
     labels the phases (data, forward+backward, optimizer, logging) for torch.profiler.
     ``dataset_cls`` and ``monitor_fn(model, loss_fn, x, y) -> loss`` swap in an exercise's
