@@ -22,6 +22,7 @@ TOPICS: tuple[str, ...] = (
     "hpclab.welcome",
     "hpclab.compute.experiments",
     "hpclab.topology.experiments",
+    "hpclab.profiling.experiments",
     "hpclab.storage.experiments",
     "hpclab.sgd.experiments",
     "hpclab.ddp.experiments",

@@ -1,0 +1,136 @@
+"""memory_profiler and tracemalloc -> memory over time, per line, per allocation site
+(chapter 03).
+
+The tools measure different things, and the same run gives different numbers in each:
+
+- ``memory_profiler.memory_usage`` samples the process's **resident set size** (RSS: every page
+  the process touches, Python objects, torch tensors, libraries, allocator slack) from a second
+  process at a fixed interval. A leak shows as a ramp.
+- ``memory_profiler.LineProfiler`` reads RSS at each line of a function (in a ``.py`` file; the
+  ``%mprun`` magic cannot profile a function typed in a cell), so a line's *increment* is what RSS
+  grew by while it ran.
+- ``tracemalloc`` (standard library) records **Python's allocator** only, with the line that
+  allocated each block: exact sites for Python objects, but blind to torch tensors, which torch
+  allocates in C++ (a tensor leak is invisible to it).
+"""
+
+from __future__ import annotations
+
+import io
+import linecache
+import time
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
+
+MIB = 2**20
+
+
+def rss_timeline(
+    fn: Callable[[], Any], interval_s: float = 0.02
+) -> tuple[list[dict[str, float]], Any, str]:
+    """``memory_usage`` of ``fn()``: records ``{seconds, rss_mib}`` and ``(value, error)``."""
+    from memory_profiler import memory_usage
+
+    box: dict[str, Any] = {"value": None, "error": ""}
+
+    def guarded() -> None:
+        try:
+            box["value"] = fn()
+        except Exception as exc:  # noqa: BLE001 - keep the samples taken before it raised
+            box["error"] = f"{type(exc).__name__}: {exc}"
+
+    samples = memory_usage((guarded, (), {}), interval=interval_s, timestamps=True)
+    t0 = samples[0][1] if samples else time.time()
+    records = [{"seconds": t - t0, "rss_mib": m} for m, t in samples]
+    return records, box["value"], box["error"]
+
+
+def ramp_mib_per_s(records: list[dict[str, float]]) -> float:
+    """Least-squares slope of RSS over time (MiB/s) over the second half of the samples (the
+    first half holds the warm-up, when allocators and caches grow once)."""
+    half = records[len(records) // 2 :]
+    if len(half) < 2:
+        return 0.0
+    ts = [r["seconds"] for r in half]
+    ms = [r["rss_mib"] for r in half]
+    tm, mm = sum(ts) / len(ts), sum(ms) / len(ms)
+    var = sum((t - tm) ** 2 for t in ts)
+    return sum((t - tm) * (m - mm) for t, m in zip(ts, ms, strict=True)) / var if var else 0.0
+
+
+def line_memory(fn: Callable[[], Any], function: Callable) -> list[dict[str, Any]]:
+    """``memory_profiler.LineProfiler`` on ``function`` while ``fn()`` runs: records with
+    ``line``, ``rss_mib`` (RSS after the line, last time it ran), ``increment_mib`` (summed
+    over all its runs), ``occurrences`` and ``source``."""
+    from memory_profiler import LineProfiler
+
+    prof = LineProfiler(backend="psutil")
+    prof.add_function(function)
+    prof.enable_by_count()
+    try:
+        fn()
+    finally:
+        prof.disable_by_count()
+    records = []
+    for filename, lines in prof.code_map.items():
+        for lineno, mem in lines:
+            source = linecache.getline(filename, lineno).rstrip()
+            if not mem or source.lstrip().startswith("def "):
+                continue  # the def line's "increment" is the whole RSS at the call
+            increment, rss, occurrences = mem
+            records.append(
+                {
+                    "line": lineno,
+                    "rss_mib": rss,
+                    "increment_mib": increment,
+                    "occurrences": occurrences,
+                    "source": source,
+                }
+            )
+    return records
+
+
+def line_memory_text(records: list[dict[str, Any]]) -> str:
+    """The line table as memory_profiler prints it (for a cell that prints, not a pager)."""
+    out = io.StringIO()
+    out.write(f"{'line':>6} {'RSS MiB':>9} {'incr MiB':>9} {'runs':>6}  source\n")
+    for r in records:
+        out.write(
+            f"{r['line']:>6} {r['rss_mib']:>9.1f} {r['increment_mib']:>9.1f} "
+            f"{r['occurrences']:>6}  {r['source']}\n"
+        )
+    return out.getvalue()
+
+
+def top_allocations(
+    fn: Callable[[], Any], top: int = 10, frames: int = 1
+) -> tuple[list[dict[str, Any]], float]:
+    """``tracemalloc`` while ``fn()`` runs: the ``top`` sites still holding memory at the end
+    (``site``, ``mib``, ``blocks``) and the traced peak (MiB). Python allocations only."""
+    was = tracemalloc.is_tracing()
+    if not was:
+        tracemalloc.start(frames)
+    try:
+        tracemalloc.reset_peak()
+        before = tracemalloc.take_snapshot()
+        fn()
+        after = tracemalloc.take_snapshot()
+        peak = tracemalloc.get_traced_memory()[1] / MIB
+    finally:
+        if not was:
+            tracemalloc.stop()
+    skip = [tracemalloc.Filter(False, tracemalloc.__file__)]
+    diff = after.filter_traces(skip).compare_to(before.filter_traces(skip), "lineno")
+    records = []
+    for stat in diff[:top]:
+        frame = stat.traceback[0]
+        records.append(
+            {
+                "site": f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}",
+                "source": linecache.getline(frame.filename, frame.lineno).strip(),
+                "mib": stat.size_diff / MIB,
+                "blocks": stat.count_diff,
+            }
+        )
+    return records, peak

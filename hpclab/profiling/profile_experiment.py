@@ -1,0 +1,177 @@
+"""Experiment ``profile``: one profiler on the patient with chosen faults (chapter 03).
+
+``hpclab run profile --fault slow-data --tool cprofile --json``. Each tool's records carry
+``kind`` (what the row is), ``tool``, and ``seconds`` or ``mib``. The raw output is kept in
+files for the real viewers: ``.prof`` (SnakeViz, ``python -m pstats``) and the Chrome trace
+(``chrome://tracing``, Perfetto). Huge outputs are capped: torch.profiler keeps at most
+``active`` steps and the timeline at most 3000 events, and the cap is said.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+
+from hpclab.config import Config, param
+from hpclab.profiling import cprofile_tree, line_tool, memory_tool, torch_tool
+from hpclab.profiling.patient import EncodedImages, parse_faults, train
+from hpclab.progress import Progress
+from hpclab.results import Result, make_result
+
+TOOLS = ("cprofile", "line", "memory", "tracemalloc", "torch")
+
+
+@dataclass(frozen=True)
+class ProfileConfig(Config):
+    fault: str = param("all", help="faults to switch on: none, all, or a comma list")
+    tool: str = param("cprofile", choices=TOOLS, help="which profiler")
+    steps: int = param(200, min=5, max=20000, quick=40, help="training steps profiled")
+    top: int = param(12, min=1, max=200, help="rows kept in the top table")
+    active: int = param(5, min=1, max=20, help="torch: steps traced (the trace is capped)")
+    device: str = param("cpu", choices=("cpu", "cuda"), help="where the patient trains")
+    out: str = param("", help="folder for .prof / trace files ('' = the hpclab cache)")
+
+    def check(self) -> None:
+        parse_faults(self.fault)
+        if self.tool == "torch" and self.steps < self.active + 2:
+            from hpclab.config import ConfigError
+
+            raise ConfigError(f"steps={self.steps} must be >= active + 2 = {self.active + 2}")
+
+
+def output_dir(out: str = "") -> Path:
+    """Where profiles are written: ``out`` or ``<user cache>/hpclab/profiles``."""
+    if out:
+        path = Path(out).expanduser()
+    else:
+        import platformdirs
+
+        path = Path(platformdirs.user_cache_dir("hpclab")) / "profiles"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _stamp(config: ProfileConfig, ext: str) -> Path:
+    now = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    return output_dir(config.out) / f"patient-{config.fault.replace(',', '+')}-{now}.{ext}"
+
+
+def _cprofile(config: ProfileConfig, work: Any) -> tuple[list[dict], str]:
+    path = _stamp(config, "prof")
+    prof = cprofile_tree.profile_call(work, path)
+    total = cprofile_tree.total_seconds(prof.stats)
+    rows = [
+        {"kind": "top", "seconds": r["self_seconds"], **r, "prof_file": str(path)}
+        for r in cprofile_tree.top_table(prof.stats, config.top)
+    ]
+    tree = [{"kind": "tree", **n} for n in cprofile_tree.call_tree(prof.stats)]
+    summary = {"kind": "total", "seconds": total, "prof_file": str(path)}
+    return [summary, *rows, *tree], prof.error
+
+
+def _line(config: ProfileConfig, work: Any) -> tuple[list[dict], str]:
+    recs, _, error = line_tool.profile_lines(work, [train, EncodedImages.__getitem__])
+    return [{"kind": "line", **r} for r in recs], error
+
+
+def _memory(config: ProfileConfig, work: Any) -> tuple[list[dict], str]:
+    timeline, _, error = memory_tool.rss_timeline(work)
+    slope = memory_tool.ramp_mib_per_s(timeline)
+    rows = [{"kind": "rss", **r} for r in timeline]
+    lines = memory_tool.line_memory(work, train) if not error else []
+    lines.sort(key=lambda r: -r["increment_mib"])
+    top = [{"kind": "line", "mib": r["increment_mib"], **r} for r in lines[: config.top]]
+    return [{"kind": "ramp", "mib_per_s": slope}, *rows, *top], error
+
+
+def _tracemalloc(config: ProfileConfig, work: Any) -> tuple[list[dict], str]:
+    sites, peak = memory_tool.top_allocations(work, config.top)
+    return [{"kind": "peak", "mib": peak}, *({"kind": "site", **s} for s in sites)], ""
+
+
+def _torch(config: ProfileConfig, _work: Any) -> tuple[list[dict], str]:
+    path = _stamp(config, "trace.json")
+    prof, _, error = torch_tool.profile_steps(
+        lambda on_step: train(
+            config.fault, steps=config.steps, device=config.device, on_step=on_step, ranges=True
+        ),
+        device=config.device,
+        active=config.active,
+        trace_path=path,
+    )
+    ops = torch_tool.op_table(prof, config.top, config.device)
+    rows = [{"kind": "op", "seconds": r["self_cpu_seconds"], **r} for r in ops]
+    return [{"kind": "trace", "trace_file": str(path), "active_steps": config.active}, *rows], error
+
+
+RUNNERS = {
+    "cprofile": _cprofile,
+    "line": _line,
+    "memory": _memory,
+    "tracemalloc": _tracemalloc,
+    "torch": _torch,
+}
+
+
+def run_profile(config: ProfileConfig, progress: Progress) -> Result:
+    if config.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            from hpclab.config import ConfigError
+
+            raise ConfigError("device='cuda' but no CUDA GPU is visible here; use device='cpu'")
+    progress.update(0, 2, "warm-up")
+    train(config.fault, steps=5, device=config.device)  # imports and first allocations
+
+    def work() -> Any:
+        return train(config.fault, steps=config.steps, device=config.device)
+
+    progress.update(1, 2, config.tool)
+    rows, error = RUNNERS[config.tool](config, work)
+    progress.update(2, 2, "")
+    records = [{"tool": config.tool, **r} for r in rows]
+    if error:
+        records.append({"tool": config.tool, "kind": "error", "error": error})
+    return make_result("profile", config, records)
+
+
+def rows_of(result: Result, kind: str) -> list[dict[str, Any]]:
+    return [r for r in result.records if r.get("kind") == kind]
+
+
+def plot_profile(result: Result) -> go.Figure:
+    """The view that suits the tool: icicle, line bars, RSS ramp, sites, operators + timeline."""
+    tool = result.config["tool"]
+    title = f"patient with fault={result.config['fault']}"
+    if tool == "cprofile":
+        return cprofile_tree.plot_call_tree(rows_of(result, "tree"), f"cProfile call tree, {title}")
+    if tool == "torch":
+        trace = rows_of(result, "trace")
+        events, note = torch_tool.trace_events(trace[0]["trace_file"]) if trace else ([], "")
+        return torch_tool.plot_timeline(events, note=note)
+    if tool == "memory":
+        rss = rows_of(result, "rss")
+        fig = go.Figure(go.Scatter(x=[r["seconds"] for r in rss], y=[r["rss_mib"] for r in rss]))
+        slope = rows_of(result, "ramp")[0]["mib_per_s"]
+        fig.update_layout(
+            title=f"RSS during training ({title}): {slope:+.1f} MiB/s over the second half",
+            xaxis_title="seconds",
+            yaxis_title="RSS (MiB)",
+        )
+        return fig
+    kind, value, label = {
+        "line": ("line", "seconds", "seconds"),
+        "tracemalloc": ("site", "mib", "MiB still allocated at the end"),
+    }[tool]
+    rows = sorted(rows_of(result, kind), key=lambda r: r[value])[-15:]
+    names = [
+        f"{r.get('function', r.get('site'))}:{r.get('line', '')} {r['source'][:50]}" for r in rows
+    ]
+    fig = go.Figure(go.Bar(x=[r[value] for r in rows], y=names, orientation="h"))
+    fig.update_layout(title=f"{tool}: {title}", xaxis_title=label, margin={"l": 10}, height=480)
+    return fig

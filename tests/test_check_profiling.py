@@ -1,0 +1,142 @@
+"""Chapter 03's exercise checks accept the solutions and reject plausible wrong answers with
+true hints."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from hpclab.check import profiling as check
+from hpclab.profiling.patient import MEAN, STD, EncodedImages
+
+# --- (a) top self time ----------------------------------------------------------------------
+
+
+def solution_top_self(stats):
+    func = max(stats.stats, key=lambda f: stats.stats[f][2])
+    return func[2], stats.stats[func][2] / stats.total_tt
+
+
+def test_top_self_accepts_solution():
+    assert check.top_self(solution_top_self).passed
+
+
+def test_top_self_rejects_cumulative_and_percent():
+    def by_cumtime(stats):
+        func = max((f for f in stats.stats if stats.stats[f][4]), key=lambda f: stats.stats[f][3])
+        return func[2], stats.stats[func][3] / stats.total_tt
+
+    res = check.top_self(by_cumtime)
+    assert not res.passed and "cumulative" in res.message
+
+    def percent(stats):
+        name, share = solution_top_self(stats)
+        return name, 100 * share
+
+    res = check.top_self(percent)
+    assert not res.passed and "fraction" in res.message
+
+    res = check.top_self(lambda stats: ("<listcomp>", 0.3))  # the patient's answer, hard-coded
+    assert not res.passed and "not the function" in res.message
+
+
+# --- (b) the leak ---------------------------------------------------------------------------
+
+
+def solution_monitor(model, loss_fn, x, y):
+    with torch.no_grad():
+        return loss_fn(model(x), y)
+
+
+def test_monitor_accepts_solution():
+    res = check.monitor_loss(solution_monitor)
+    assert res.passed, res.message
+
+
+def test_monitor_rejects_graph_and_item():
+    res = check.monitor_loss(lambda model, loss_fn, x, y: loss_fn(model(x), y))
+    assert not res.passed and "grad_fn" in res.message
+    res = check.monitor_loss(
+        lambda model, loss_fn, x, y: solution_monitor(model, loss_fn, x, y).item()
+    )
+    assert not res.passed and "item" in res.message
+    res = check.monitor_loss(
+        lambda model, loss_fn, x, y: solution_monitor(model, loss_fn, x, y) * len(x)
+    )
+    assert not res.passed and "expected" in res.message
+
+
+# --- (c) the data path ----------------------------------------------------------------------
+
+
+class SolutionImages(EncodedImages):
+    def __getitems__(self, indices):
+        buf = np.frombuffer(b"".join(self.raw[i] for i in indices), dtype=np.uint8)
+        x = ((buf.reshape(len(indices), -1) / 255.0 - MEAN) / STD).astype(np.float32)
+        return torch.from_numpy(x), torch.tensor([self.labels[i] for i in indices])
+
+
+class NoNormalise(EncodedImages):
+    def __getitems__(self, indices):
+        buf = np.frombuffer(b"".join(self.raw[i] for i in indices), dtype=np.uint8)
+        x = (buf.reshape(len(indices), -1) / 255.0).astype(np.float32)
+        return torch.from_numpy(x), torch.tensor([self.labels[i] for i in indices])
+
+
+class StillPerSample(EncodedImages):
+    def __getitems__(self, indices):
+        xs, ys = zip(*(self[i] for i in indices), strict=True)
+        return torch.stack(xs), torch.tensor(ys)
+
+
+def test_fast_dataset_accepts_solution():
+    res = check.fast_dataset(SolutionImages)
+    assert res.passed, res.message
+
+
+def test_fast_dataset_rejects_wrong_values_and_slow_loop():
+    res = check.fast_dataset(NoNormalise)
+    assert not res.passed and "MEAN" in res.message
+    res = check.fast_dataset(StillPerSample)
+    assert not res.passed and "faster" in res.message
+    res = check.fast_dataset(EncodedImages)
+    assert not res.passed and "__getitems__" in res.message
+
+
+# --- (d) operator table and roofline --------------------------------------------------------
+
+TABLE = [
+    {"operator": "aten::linear", "self_cpu_seconds": 0.001, "cpu_total_seconds": 0.05},
+    {"operator": "aten::addmm", "self_cpu_seconds": 0.04, "cpu_total_seconds": 0.045},
+    {"operator": "aten::relu", "self_cpu_seconds": 0.002, "cpu_total_seconds": 0.002},
+]
+
+
+def solution_bound(m, k, n, ridge):
+    intensity = 2 * m * k * n / (4 * (m * k + k * n + m * n))
+    return "compute" if intensity >= ridge else "memory"
+
+
+def test_matmul_bound_accepts_solution():
+    assert check.matmul_bound(solution_bound, "aten::addmm", TABLE).passed
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        lambda m, k, n, r: (
+            "compute" if m * k * n / (4 * (m * k + k * n + m * n)) >= r else "memory"
+        ),
+        lambda m, k, n, r: "compute" if 2 * m * k * n / (m * k + k * n + m * n) >= r else "memory",
+    ],
+    ids=["no-factor-2", "elements-not-bytes"],
+)
+def test_matmul_bound_rejects_wrong_intensity(wrong):
+    res = check.matmul_bound(wrong, "aten::addmm", TABLE)
+    assert not res.passed and "2 per multiply-add" in res.message
+
+
+def test_matmul_bound_rejects_total_time_operator():
+    res = check.matmul_bound(solution_bound, "aten::linear", TABLE)
+    assert not res.passed and "total" in res.message
