@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hpclab.check import CheckResult, failed, passed
+from hpclab.check import CheckResult, exercise_check, failed, passed
 from hpclab.cluster import profiles
 from hpclab.cluster.script import parse_header, render
 from hpclab.cluster.spec import JobSpec, array_indices
@@ -21,6 +21,7 @@ from hpclab.config import ConfigError
 NEED = {"nodes": 2, "gpus_per_node": 2, "cpus_per_task": 8, "minutes": 30, "account": "def-smith"}
 
 
+@exercise_check
 def check_jobspec(spec: Any, site: str = "alliance") -> CheckResult:
     """2 nodes x 2 GPUs, one task per GPU with 8 cores each, 30 minutes, account def-smith."""
     if not isinstance(spec, JobSpec):
@@ -72,6 +73,7 @@ def _write_in_child(save: Callable, big: Any, path: str) -> None:
     save({"step": 2, "big": big}, path)
 
 
+@exercise_check
 def check_atomic_save(save: Callable[[Any, str], Any]) -> CheckResult:
     """``save(obj, path)`` must survive ``kill -9`` mid-write, fsync, and rename in one step."""
     import torch
@@ -155,6 +157,7 @@ def check_atomic_save(save: Callable[[Any, str], Any]) -> CheckResult:
 CASES = ((16, 4), (10, 3), (6, 8), (1, 1))
 
 
+@exercise_check
 def check_array_plan(plan: Callable[[int, int], str], trial_minutes: float = 20.0) -> CheckResult:
     """``plan(n_trials, gpus)`` returns the ``--array`` value; checked by the wall-time model."""
     for n, k in CASES:

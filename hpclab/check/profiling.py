@@ -8,7 +8,7 @@ import pstats
 from collections.abc import Callable
 from typing import Any
 
-from hpclab.check import CheckResult, as_number, failed, passed
+from hpclab.check import CheckResult, as_number, exercise_check, failed, passed
 
 
 def _first_line(err: BaseException) -> str:
@@ -66,6 +66,7 @@ def _truth(stats: pstats.Stats) -> tuple[str, float, str]:
     return func[2], raw[func][2] / stats.total_tt, by_cum[2]  # type: ignore[attr-defined]
 
 
+@exercise_check
 def top_self(fn: Callable[[pstats.Stats], tuple[str, float]]) -> CheckResult:
     """``fn(stats) -> (function name, share of total time)`` for the top self-time function;
     checked on three profiles against pstats' own numbers."""
@@ -111,6 +112,7 @@ def _rss_growth(monitor_fn: Callable | None, steps: int) -> tuple[float, float]:
     return ramp_mib_per_s(recs) * run.seconds, run.monitor_loss
 
 
+@exercise_check
 def monitor_loss(fn: Callable) -> CheckResult:
     """``fn(model, loss_fn, x, y)`` returns the monitoring loss to add to a running total,
     without keeping the graph and without a device sync; same value as the leaking code."""
@@ -178,6 +180,7 @@ def _data_path_ratio(cls: type, batches_n: int = 30, rounds: int = 3) -> float:
     return best["slow"] / best["yours"]
 
 
+@exercise_check
 def fast_dataset(cls: type, ratio_goal: float = 3.0) -> CheckResult:
     """``cls`` subclasses ``EncodedImages`` with a batched ``__getitems__``: same tensors,
     same final loss, and a data path >= ``ratio_goal`` x faster than the per-sample decoder."""
@@ -243,6 +246,7 @@ def _intensity(m: int, k: int, n: int) -> float:
     return 2 * m * k * n / (4 * (m * k + k * n + m * n))
 
 
+@exercise_check
 def matmul_bound(fn: Callable[[int, int, int, float], str], top_op: str, table: Any) -> CheckResult:
     """``fn(m, k, n, ridge)`` -> ``"compute"`` or ``"memory"`` for an fp32 ``[m,k] @ [k,n]``
     whose bytes are its three matrices; ``top_op``: the table's top operator by self time."""

@@ -52,9 +52,15 @@ def array_option(trials: int, throttle: int) -> str:
     return f"0-{trials - 1}%{throttle}"
 
 
-def modelled_wall_s(trials: int, throttle: int, trial_s: float) -> float:
-    """ceil(N/K) waves of one trial each (start-up and queueing not counted)."""
-    return math.ceil(trials / throttle) * trial_s
+def modelled_wall_s(
+    trials: int, throttle: int, trial_s: float, start_s: float = 0.0, per_task: int = 1
+) -> float:
+    """Wall time of an array (queueing not counted): ceil(N/per_task) tasks, ``throttle`` at a
+    time, each paying ``start_s`` once and running ``per_task`` trials of ``trial_s``. With the
+    defaults: ceil(N/K) waves of one trial each (chapter 07); chapter 08 batches trials per task
+    when the start-up is not small next to a trial."""
+    tasks = math.ceil(trials / per_task)
+    return math.ceil(tasks / throttle) * (start_s + per_task * trial_s)
 
 
 def trial(point: dict, steps: int) -> dict:

@@ -146,23 +146,6 @@ def batches(loader: DataLoader, steps: int) -> Iterator[tuple[torch.Tensor, torc
         it = iter(loader)  # next epoch (persistent workers are reused)
 
 
-@contextlib.contextmanager
-def intra_op_threads(n: int) -> Iterator[None]:
-    """Set torch's intra-op threads for the block, then put the old value back."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(max(1, n))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
-def usable_cores() -> int:
-    from hpclab.measure.sysinfo import usable_cores as _usable
-
-    return _usable()[0]
-
-
 def phase(name: str, on: bool) -> contextlib.AbstractContextManager:
     """A ``torch.profiler.record_function`` range when ``on`` (a named band in the trace)."""
     return torch.profiler.record_function(name) if on else contextlib.nullcontext()
@@ -217,12 +200,15 @@ def train(
     dataset and monitoring-loss code.
     """
     faults = parse_faults(faults)
+    from hpclab.dist.placement import torch_threads
+    from hpclab.measure.sysinfo import usable_cores
+
     cores = usable_cores()
     n_workers = workers
     # A tiny MLP on batches of 64 gains nothing from intra-op threads (chapter 01), and on a
     # shared node spinning OpenMP threads are what suffers first: one thread when healthy.
     threads = 4 * cores if "threads" in faults else 1
-    with intra_op_threads(threads):
+    with torch_threads(threads):
         ds, loader = make_loader(faults, samples, batch, workers, seed, dataset_cls)
         model = make_model("tiny", in_features=SIDE * SIDE, classes=CLASSES, seed=seed).to(device)
         opt = torch.optim.SGD(model.parameters(), lr=0.05)
