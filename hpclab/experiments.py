@@ -24,6 +24,7 @@ TOPICS: tuple[str, ...] = (
     "hpclab.storage.experiments",
     "hpclab.sgd.experiments",
     "hpclab.ddp.experiments",
+    "hpclab.parallel.experiments",
 )
 
 
