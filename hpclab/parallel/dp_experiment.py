@@ -24,7 +24,16 @@ from typing import Any
 import torch
 
 from hpclab.config import Config, param
-from hpclab.ddp.worker import MODELS, TrainSpec, batches, build_model, dataset, flat_params, wrap
+from hpclab.ddp.worker import (
+    MODELS,
+    TrainSpec,
+    batches,
+    build_model,
+    dataset,
+    flat_params,
+    model_parameters,
+    wrap,
+)
 from hpclab.dist import RankContext, launch
 from hpclab.measure.timing import time_fn
 from hpclab.parallel.data_parallel import BucketedDataParallel, NaiveDataParallel
@@ -85,12 +94,23 @@ def dp_worker(
             train_step(net, opt, x, y)
         finals[impl] = flat_params(net).cpu()
         nets[impl] = (net, opt)
-    out: dict[str, Any] = {"rank": ctx.rank, "device": ctx.device, "backend": ctx.backend}
+    out: dict[str, Any] = {
+        "rank": ctx.rank,
+        "device": ctx.device,
+        "backend": ctx.backend,
+        "messages": {impl: _messages(nets[impl][0]) for impl in impls},
+    }
     if spec.return_params:
         out["flat_params"] = finals
-    # 2. step times, implementations taking turns; a comm-free copy for the compute share
+    if rounds:  # rounds=0: the equal-weights check only
+        out["rows"] = _time_steps(ctx, spec, nets, stream, rounds)
+    return out
+
+
+def _time_steps(ctx: RankContext, spec: TrainSpec, nets: dict, stream: Any, rounds: int) -> dict:
+    """Median step and blocked time per implementation, and of a comm-free copy (``compute``)."""
     local = build_model(spec.model, spec.side * spec.side, spec.seed).to(ctx.device)
-    nets["compute"] = (local, torch.optim.SGD(local.parameters(), lr=spec.lr))
+    nets = {**nets, "compute": (local, torch.optim.SGD(local.parameters(), lr=spec.lr))}
     samples: dict[str, list[float]] = {k: [] for k in nets}
     blocked: dict[str, float] = dict.fromkeys(nets, 0.0)
     total = rounds * len(nets)
@@ -106,16 +126,10 @@ def dp_worker(
             blocked[name] += getattr(net, "blocked_s", 0.0) - before
             ctx.progress(rnd * len(nets) + k + 1, total, f"round {rnd + 1}: {name}")
     calls = rounds * (spec.steps + 1)
-    out["rows"] = {
-        name: {
-            "step_s": statistics.median(samples[name]),
-            "blocked_s": blocked[name] / calls,
-            "messages": _messages(nets[name][0]) if name != "compute" else 0,
-        }
+    return {
+        name: {"step_s": statistics.median(samples[name]), "blocked_s": blocked[name] / calls}
         for name in nets
     }
-    out["params"] = sum(p.numel() for p in local.parameters())
-    return out
 
 
 def run_dp_by_hand(config: DPByHandConfig, progress: Progress) -> Result:
@@ -153,7 +167,7 @@ def run_dp_by_hand(config: DPByHandConfig, progress: Progress) -> Result:
                 "impl": impl,
                 "ranks": config.ranks,
                 "model": config.model,
-                "params": outs[0]["params"],
+                "params": model_parameters(config.model, spec.side),
                 "per_rank_batch": config.batch_size,
                 "device": outs[0]["device"],
                 "backend": outs[0]["backend"],
@@ -161,7 +175,7 @@ def run_dp_by_hand(config: DPByHandConfig, progress: Progress) -> Result:
                 "compute_s": compute,
                 "exposed_comm_s": max(0.0, step - compute),
                 "blocked_s": max(o["rows"][impl]["blocked_s"] for o in outs),
-                "allreduces_per_step": outs[0]["rows"][impl]["messages"],
+                "allreduces_per_step": outs[0]["messages"][impl],
                 "samples_per_s": config.batch_size * config.ranks / step,
                 "params_max_diff": max(float((m - mine[0]).abs().max()) for m in mine),
                 "max_diff_vs_ddp": float((mine[0] - outs[0]["flat_params"][ref]).abs().max()),

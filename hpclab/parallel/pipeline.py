@@ -66,6 +66,40 @@ def schedule(kind: str, rank: int, stages: int, micro_batches: int) -> list[tupl
     return ops
 
 
+def simulate(
+    kind: str, stages: int, micro_batches: int, forward_s: float = 1.0, backward_s: float = 2.0
+) -> list[list[tuple[str, int, float, float]]]:
+    """The timeline a schedule gives with equal stages and free messages (the *model* tier):
+    per rank, ``(pass, micro-batch, start, end)``. A pass starts when its rank is free and its
+    input is there: F(i) needs F(i) of the rank before, B(i) needs B(i) of the rank after."""
+    done: dict[tuple[str, int, int], float] = {}
+    queues = [schedule(kind, r, stages, micro_batches) for r in range(stages)]
+    clock, out = [0.0] * stages, [[] for _ in range(stages)]
+    while any(queues):
+        progressed = False
+        for r in range(stages):
+            while queues[r]:
+                op, i = queues[r][0]
+                dep = ("F", i, r - 1) if op == "F" else ("B", i, r + 1)
+                if 0 <= dep[2] < stages and dep not in done:
+                    break  # waits for the neighbour
+                start = max(clock[r], done.get(dep, 0.0))
+                clock[r] = done[(op, i, r)] = start + (forward_s if op == "F" else backward_s)
+                out[r].append((op, i, start, clock[r]))
+                queues[r].pop(0)
+                progressed = True
+        if not progressed:
+            raise RuntimeError(f"schedule {kind!r} deadlocks with {stages} stages")
+    return out
+
+
+def idle_fractions(timeline: list[list[tuple[str, int, float, float]]]) -> list[float]:
+    """Per rank: 1 - busy time / the whole step's span (first start to last end, all ranks)."""
+    begin = min(e[2] for events in timeline for e in events)
+    span = max(e[3] for events in timeline for e in events) - begin
+    return [1.0 - sum(e[3] - e[2] for e in events) / span for events in timeline]
+
+
 @dataclass
 class StepLog:
     """What one rank did in one step: (kind, micro-batch, start_s, end_s) per pass, measured

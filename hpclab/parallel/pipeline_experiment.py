@@ -27,9 +27,9 @@ from hpclab.dist import RankContext, launch
 from hpclab.parallel.pipeline import (
     SCHEDULES,
     PipelineStage,
-    StepLog,
     bubble_model,
     flat_stage_params,
+    idle_fractions,
     split_stages,
 )
 from hpclab.progress import Progress
@@ -112,17 +112,11 @@ def pipeline_worker(ctx: RankContext, cfg: PipelineConfig) -> dict[str, Any]:
     return out
 
 
-def _idle(logs: list[StepLog]) -> tuple[float, list[float]]:
-    """(span, idle fraction per rank) of one step seen by all ranks."""
-    span = max(e[3] for log in logs for e in log.events)
-    return span, [1.0 - sum(e[3] - e[2] for e in log.events) / span for log in logs]
-
-
 def _schedule_records(cfg: PipelineConfig, kind: str, outs: list[dict]) -> list[dict[str, Any]]:
     p = len(outs)
     m = 1 if kind == "naive" else cfg.micro_batches
     steps = list(zip(*(o["logs"][kind] for o in outs), strict=True))  # per step: a log per rank
-    idles = [_idle(list(logs))[1] for logs in steps]
+    idles = [idle_fractions([log.events for log in logs]) for logs in steps]
     step_times = [max(log.step_s for log in logs) for logs in steps]
     mid = sorted(range(len(steps)), key=lambda k: step_times[k])[len(steps) // 2]
     model = bubble_model(p, m)
@@ -172,9 +166,12 @@ def _schedule_records(cfg: PipelineConfig, kind: str, outs: list[dict]) -> list[
 
 
 def run_pipeline(config: PipelineConfig, progress: Progress) -> Result:
-    from hpclab.ddp.ddp_experiment import resolve_device
+    from hpclab.ddp.ddp_experiment import available, comm_device
 
-    device = resolve_device(config.stages, config.device)
+    # more CPU ranks than cores still give the right weights, but ranks then take turns on the
+    # cores and the measured idle time says more about the scheduler than about the pipeline
+    device = comm_device(config.stages, config.device)
+    oversubscribed = device == "cpu" and config.stages > available()["cores"]
     outs = launch(
         pipeline_worker,
         config.stages,
@@ -189,6 +186,7 @@ def run_pipeline(config: PipelineConfig, progress: Progress) -> Result:
         recs = _schedule_records(config, kind, outs)
         mine = torch.cat([o["params"][kind] for o in outs])
         recs[0]["max_diff_vs_serial"] = float((mine - serial).abs().max())
+        recs[0]["device"], recs[0]["oversubscribed"] = device, oversubscribed
         records += recs
     steps = {r["schedule"]: r["step_s"] for r in records if r["kind"] == "schedule"}
     for r in records:
