@@ -74,7 +74,7 @@ def test_buckets_follow_backward_order_and_the_cap():
     assert flat == params[::-1], "buckets must list gradients in the order backward makes them"
     sizes = [sum(p.numel() * 4 for p in b.params) for b in buckets]
     assert sizes[0] <= 0.1 * 2**20 + 256 * 256 * 4  # the small first bucket
-    assert all(s <= 0.5 * 2**20 or len(b.params) == 1 for s, b in zip(sizes, buckets))
+    assert all(s <= 0.5 * 2**20 or len(b.params) == 1 for s, b in zip(sizes, buckets, strict=True))
     one = make_buckets(params, cap_mb=1e-6, first_mb=1e-6)
     assert len(one) == len(params)  # a cap below every tensor: one bucket per tensor
 
