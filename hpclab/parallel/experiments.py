@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hpclab.experiments import Experiment
 from hpclab.parallel.dp_experiment import DPByHandConfig, plot_dp_by_hand, run_dp_by_hand
+from hpclab.parallel.memory import MemoryConfig, plot_memory, run_memory
 from hpclab.parallel.pipeline_experiment import PipelineConfig, plot_pipeline, run_pipeline
 from hpclab.parallel.tp_experiment import (
     TensorParallelConfig,
@@ -35,5 +36,13 @@ EXPERIMENTS = [
         TensorParallelConfig,
         run_tensor_parallel,
         plot_tensor_parallel,
+    ),
+    Experiment(
+        "parallel-memory",
+        "06",
+        "bytes per rank (params, grads, Adam state, activations): data vs pipeline vs tensor",
+        MemoryConfig,
+        run_memory,
+        plot_memory,
     ),
 ]
