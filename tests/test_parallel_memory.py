@@ -37,3 +37,25 @@ def test_memory_model_and_bad_input():
     assert model_bytes("tensor", cfg)["activations"] == 2 * 4 * 4 * (8 + 16)
     with pytest.raises(ConfigError, match=r"blocks=3 is not divisible by ranks=2"):
         MemoryConfig(ranks=2, blocks=3)
+
+
+def test_strategy_model_fits_and_scales_as_the_chapter_says():
+    from hpclab import experiments
+    from hpclab.parallel.strategies import StrategyModelConfig, predict
+
+    res = experiments.run("strategy-model")
+    at = {(r["strategy"], r["gpus"]): r for r in res.records}
+    cfg = StrategyModelConfig()
+    assert all(at[k, 1]["efficiency"] == 1.0 for k in ("data", "pipeline", "tensor"))
+    # data parallel never shrinks the model: it fits nowhere or everywhere
+    assert (
+        len({at["data", n]["memory_gb"] for n in (1, 64, 512)}) == 1 and not at["data", 1]["fits"]
+    )
+    # tensor parallel inside a node fits; across the network its all-reduces swamp it
+    assert at["tensor", 8]["fits"] and at["tensor", 64]["efficiency"] < 0.2
+    assert at["tensor+data", 512]["efficiency"] > 3 * at["data", 512]["efficiency"]
+    assert max(n for (k, n) in at if k == "pipeline") <= cfg.blocks and ("pipeline", 64) not in at
+    p = predict(cfg, "pipeline", 8)
+    m = cfg.tokens // cfg.micro_tokens
+    assert p["bubble_s"] == pytest.approx(p["compute_s"] * 7 / m)
+    assert len(experiments.get("strategy-model").plot(res).data) == 8

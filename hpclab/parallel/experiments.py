@@ -6,6 +6,11 @@ from hpclab.experiments import Experiment
 from hpclab.parallel.dp_experiment import DPByHandConfig, plot_dp_by_hand, run_dp_by_hand
 from hpclab.parallel.memory import MemoryConfig, plot_memory, run_memory
 from hpclab.parallel.pipeline_experiment import PipelineConfig, plot_pipeline, run_pipeline
+from hpclab.parallel.strategies import (
+    StrategyModelConfig,
+    plot_strategy_model,
+    run_strategy_model,
+)
 from hpclab.parallel.tp_experiment import (
     TensorParallelConfig,
     plot_tensor_parallel,
@@ -44,5 +49,13 @@ EXPERIMENTS = [
         MemoryConfig,
         run_memory,
         plot_memory,
+    ),
+    Experiment(
+        "strategy-model",
+        "06",
+        "what-if to 512 GPUs: data, pipeline, tensor, tensor+data parallel (time and memory)",
+        StrategyModelConfig,
+        run_strategy_model,
+        plot_strategy_model,
     ),
 ]

@@ -172,6 +172,9 @@ def memory_worker(ctx: RankContext, cfg: MemoryConfig) -> list[dict[str, Any]]:
 
 
 def run_memory(config: MemoryConfig, progress: Progress) -> Result:
+    from hpclab.ddp.ddp_experiment import preload
+
+    preload()  # Adam's first step imports torch._dynamo: once here, not in every rank
     outs = launch(memory_worker, config.ranks, args=(config,), device="cpu", progress=progress)
     records = []
     for rows in outs:
