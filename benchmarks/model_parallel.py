@@ -8,8 +8,11 @@
 2. ``pipeline`` on 2 stages with m = 4p = 8 micro-batches (GPipe): the measured idle fraction
    per rank (mean over ranks) of the least disturbed (fastest) step, since load from other
    processes only ever adds idle time, against (p-1)/(m+p-1); the median step's is printed too.
-   Goal: <= 1.25 x the model. Messages between stages and unequal stages (the last one computes the loss) are what
-   the model leaves out. 1F1B is reported beside it.
+   Goal: <= 1.25 x the model. Messages between stages and unequal stages (the last one computes
+   the loss) are what the model leaves out. 1F1B is reported beside it. On a machine with more
+   runnable processes than cores every hand-over between stages costs a scheduler time slice
+   (a waiting rank sleeps and must get a core back), 2m of them per GPipe step: the load average
+   is printed, and the bubble goal is only meaningful on a quiet machine (``make benchmarks``).
 
 Usage: python benchmarks/model_parallel.py   (no arguments, about 1-2 minutes on 2 cores)
 """
@@ -20,7 +23,13 @@ import sys
 
 
 def main() -> int:
+    import os
+
     from hpclab import experiments
+    from hpclab.measure.sysinfo import usable_cores
+
+    load = os.getloadavg()[0]
+    print(f"load average {load:.1f} on {usable_cores()[0]} usable core(s) before the runs")
 
     try:
         dp = experiments.run(

@@ -58,4 +58,4 @@ def test_strategy_model_fits_and_scales_as_the_chapter_says():
     p = predict(cfg, "pipeline", 8)
     m = cfg.tokens // cfg.micro_tokens
     assert p["bubble_s"] == pytest.approx(p["compute_s"] * 7 / m)
-    assert len(experiments.get("strategy-model").plot(res).data) == 8
+    assert len(experiments.get("strategy-model").plot(res).data) == 9

@@ -147,16 +147,18 @@ def plot_strategy_model(result: Result):
             x=x, y=[r["memory_gb"] for r in rows], mode="lines+markers", name=kind,
             legendgroup=kind, showlegend=False, marker={"symbol": symbols, "size": 9}, row=1, col=2,
         )  # fmt: skip
-    fig.add_hline(
-        y=cfg["gpu_memory_gb"], line={"dash": "dash", "color": "gray"}, row=1, col=2,
-        annotation_text=f"{cfg['gpu_memory_gb']:g} GB per GPU",
+    gpus = sorted({r["gpus"] for r in result.records})
+    # a line trace, not add_hline: on a log axis a shape's y is read as a power of ten
+    fig.add_scatter(
+        x=gpus, y=[cfg["gpu_memory_gb"]] * len(gpus), mode="lines", row=1, col=2,
+        line={"dash": "dash", "color": "gray"}, name=f"{cfg['gpu_memory_gb']:g} GB per GPU",
     )  # fmt: skip
     fig.update_xaxes(type="log", dtick=0.30103, title="GPUs")
     fig.update_yaxes(type="log")
     params = result.records[0]["params"] if result.records else 0
     fig.update_layout(
-        title=f"Which strategy fits and scales? {params / 1e9:.1f} B parameters, "
-        f"{cfg['link']} in a node of {cfg['gpus_per_node']}, {cfg['network']} between nodes",
+        title=f"{params / 1e9:.1f} B parameters: which strategy fits, which scales? "
+        f"({cfg['link']} x {cfg['gpus_per_node']} per node, {cfg['network']})",
         height=440,
     )
     return fig
