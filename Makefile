@@ -5,11 +5,13 @@ VENV ?= .venv
 # (pyproject.toml keeps a range, so pip leaves it alone) or override: make TORCH_SPEC=... lab
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
+# The local Slurm's daemons need root: sudo for a normal user where there is one, else nothing.
+SLURM_SUDO ?= $(shell [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null && echo sudo)
 # Its own stamp: scripts/lab.sh installs without the test extras and stamps .hpclab-installed.
 STAMP := $(VENV)/.hpclab-test-installed
 NOTEBOOKS := $(wildcard notebooks/[0-9][0-9]_*.ipynb) $(wildcard solutions/[0-9][0-9]_*.ipynb)
 
-.PHONY: install lab test lint format notebooks exercises benchmarks kernel clean
+.PHONY: install lab test lint format notebooks exercises benchmarks kernel clean slurm-up slurm-down
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,9 +22,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# scripts/lab.sh creates the venv and installs what is missing (torch: $(TORCH_SPEC)).
+# scripts/lab.sh creates the venv and installs what is missing (torch: $(TORCH_SPEC)), then
+# serves LAB_ROOT (default: the repository, so notebooks/, exercises/ and solutions/ show).
+LAB_ROOT ?=
 lab:
-	HPCLAB_VENV=$(VENV) HPCLAB_TORCH_SPEC="$(TORCH_SPEC)" bash scripts/lab.sh
+	HPCLAB_VENV=$(VENV) HPCLAB_TORCH_SPEC="$(TORCH_SPEC)" bash scripts/lab.sh $(LAB_ROOT)
 
 lint: install
 	$(BIN)/ruff check .
@@ -32,13 +36,25 @@ format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# Everything CI checks; the last thing printed is pytest's summary line.
+# Everything CI checks; the last thing printed is pytest's summary line. Chapter 07's notebook and
+# tests use the local Slurm: started here (as root; elsewhere they say there is none) and stopped
+# afterwards whatever pytest's outcome.
 test: install lint
 	$(BIN)/hpclab exercises check
+	$(SLURM_SUDO) bash scripts/local_slurm.sh start || [ "$$HPCLAB_REQUIRE_SLURM" != 1 ]
 	CI=true HPCLAB_QUICK=1 PLOTLY_RENDERER=plotly_mimetype $(BIN)/python -m pytest \
 		tests notebooks solutions -m "not gpu" -p no:cacheprovider \
 		--nbval-lax --nbval-sanitize-with tests/sanitize.cfg \
-		--ignore=tests/browser/demo_widget.ipynb
+		--ignore=tests/browser/demo_widget.ipynb; \
+	rc=$$?; $(SLURM_SUDO) bash scripts/local_slurm.sh stop; exit $$rc
+
+# Chapter 07's local Slurm (munged, slurmctld, two slurmd nodes on loopback; needs root):
+# eval "$$(scripts/local_slurm.sh env)" points sbatch/squeue at it.
+slurm-up:
+	$(SLURM_SUDO) bash scripts/local_slurm.sh start
+
+slurm-down:
+	$(SLURM_SUDO) bash scripts/local_slurm.sh stop
 
 # On a GPU node: the GPU-marked tests.
 test-gpu: install

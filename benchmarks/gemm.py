@@ -59,24 +59,13 @@ def hpclab_gemm(sizes, threads=0, dtype="fp32", device="cpu", repeat=REPEAT):
     return {r["size"]: r for r in res.records if r["tier"] == "live"}
 
 
-def cpu_share(fn, cores: int) -> float:
-    """CPU seconds this process used / (wall seconds x cores) while ``fn`` ran: below 1 when
-    other processes hold the cores (OpenMP threads spin while waiting, so it is an upper bound)."""
-    import resource
-
-    r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-    fn()
-    r1, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - t0
-    used = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-    return used / (wall * cores)
-
-
 def line(name: str, value: float, op: str, target: float) -> str:
     ok = value >= target if op == ">=" else value <= target
     return f"gemm: {name}={value:.3f} goal{op}{target} {'PASS' if ok else 'FAIL'}"
 
 
 def main() -> int:
+    from hpclab.measure.cpu_share import cpu_share
     from hpclab.measure.sysinfo import system_info
 
     info = system_info()

@@ -4,7 +4,9 @@
 [--json] [--save [--label L]]``, ``hpclab exercises build|check``,
 ``hpclab notebooks refresh|clean PATH...``.
 
-Bad arguments print one line naming the argument and what is allowed, and exit 2.
+Bad arguments print one line naming the argument and what is allowed, and exit 2. A run that
+fails for another reason (a rank died, a data file is missing or corrupt) prints what happened,
+the cause first, and exits 1; never a traceback of the command itself.
 ``--json`` prints exactly one JSON object on stdout and nothing else.
 """
 
@@ -47,7 +49,8 @@ def _tuple_parser(default: tuple) -> Any:
 
 def _add_config_flags(parser: argparse.ArgumentParser, config_cls: Any) -> None:
     for f in config_cls.describe():
-        flag = "--" + f["name"].replace("_", "-")
+        # A trailing underscore lets a field use a Python keyword as its flag (from_ -> --from).
+        flag = "--" + f["name"].rstrip("_").replace("_", "-")
         default = f["default"]
         help_text = f"{f['help']} (default {default!r}; allowed: {f['allowed']})"
         if isinstance(default, bool):
@@ -124,13 +127,21 @@ def _cmd_run(argv: list[str]) -> int:
         config = exp.config.create(**params)
     except ConfigError as err:
         _fail(str(err))
+    from hpclab.config import RunError
+
     progress = Progress(stderr_bar())
     try:
-        result = exp.run(config, progress)
+        result = experiments.run_config(exp, config, progress)
     except ConfigError as err:
         _fail(str(err))
+    except RunError as err:
+        _fail(str(err), code=1)
     except (KeyboardInterrupt, Cancelled):
         _fail("cancelled", code=130)
+    from hpclab.display import load_note
+
+    if load_note(result):
+        sys.stderr.write(f"note: {load_note(result)}\n")
     if args.save:
         from hpclab import results as store
 
@@ -176,6 +187,24 @@ def _cmd_notebooks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_cluster(args: argparse.Namespace) -> int:
+    """Chapter 07's local Slurm, through the same script the tests and `make slurm-up` use."""
+    from hpclab.cluster import local
+    from hpclab.cluster.slurm import SlurmError
+
+    try:
+        if args.action == "up":
+            local.up(args.nodes)
+            print(local.env(), end="")
+        elif args.action == "down":
+            print(local.down())
+        else:
+            print(local.env(), end="")
+    except SlurmError as err:
+        _fail(str(err), code=1)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
@@ -202,8 +231,13 @@ def _main(argv: list[str] | None = None) -> int:
     nb = sub.add_parser("notebooks", help="execute (refresh) or clean notebooks for git")
     nb.add_argument("action", choices=("refresh", "clean"))
     nb.add_argument("paths", nargs="+")
+    cl = sub.add_parser("cluster", help="start/stop the local Slurm, or print its environment")
+    cl.add_argument("action", choices=("up", "down", "env"))
+    cl.add_argument("--nodes", type=int, default=2, help="slurmd nodes (up)")
     args = parser.parse_args(argv)
     try:
+        if args.command == "cluster":
+            return _cmd_cluster(args)
         if args.command == "doctor":
             return _cmd_doctor(args)
         if args.command == "exercises":

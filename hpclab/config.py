@@ -17,6 +17,12 @@ class ConfigError(ValueError):
     """Bad input: the message is one line naming the field, what was given and what is allowed."""
 
 
+class RunError(RuntimeError):
+    """A run that could not finish for a reason outside its arguments (a rank that died, a corrupt
+    data file, a broker that would not start): the first line says what and where. The CLI prints
+    it and exits 1; panels show it in one line. Subclassed by each topic's own failure."""
+
+
 def quick_mode() -> bool:
     """True under CI (``CI=true``) or ``HPCLAB_QUICK=1``: notebooks and tests use small sizes."""
     flag = os.environ.get("HPCLAB_QUICK", "").strip().lower()

@@ -142,6 +142,13 @@ def _root(info: dict[str, Any]) -> Check:
     return Check("root", "ok", "not root")
 
 
+def _site(info: dict[str, Any]) -> Check:
+    """The cluster site and the Slurm allocation this runs in (chapter 07)."""
+    from hpclab.cluster.allocation import summary
+
+    return Check("site", "ok", summary())
+
+
 def _port(info: dict[str, Any]) -> Check:
     # gloo ranks connect over loopback TCP on ports the kernel chooses (port 0).
     try:
@@ -253,18 +260,67 @@ def _soft_find(name: str) -> object | None:
         return None
 
 
+def _slurm_job(info: dict[str, Any]) -> Check:
+    """The job this kernel runs in: its id, what it was given, its time left (chapter 07)."""
+    from hpclab.measure.allocation import format_duration, slurm_allocation
+
+    job = slurm_allocation()
+    if job is None:
+        return Check("slurm_job", "ok", "not inside a Slurm job")
+    given = [f"{job.cpus} core{'s' if job.cpus != 1 else ''}" if job.cpus else "cores ?"]
+    if job.mem_gb:
+        given.append(f"{job.mem_gb:.1f} GB")
+    given.append(f"{job.gpus or 0} GPU{'s' if (job.gpus or 0) != 1 else ''}")
+    left = f", {format_duration(job.time_left_s)} left" if job.time_left_s is not None else ""
+    text = f"job {job.job_id} on {job.node or '?'}: {', '.join(given)}{left}"
+    affinity = (info.get("cores_usable_sources") or {}).get("affinity")
+    if job.cpus and affinity and affinity > job.cpus:
+        return Check(
+            "slurm_job",
+            "warn",
+            f"{text}; but this process may run on {affinity} cores: the node does not confine "
+            "jobs (TaskPlugin=task/none?), so thread counts taken from the node oversubscribe",
+            f"use {job.cpus} thread{'s' if job.cpus != 1 else ''} (hpclab does); admins: "
+            "TaskPlugin=task/affinity,task/cgroup",
+        )
+    if job.time_left_s is not None and job.time_left_s < 600:
+        return Check("slurm_job", "warn", f"{text}: save your work", "checkpoint now")
+    return Check("slurm_job", "ok", text)
+
+
+def _server_bind(info: dict[str, Any]) -> Check:
+    """Whether this hub-spawned Jupyter server listens beyond loopback (chapter 07)."""
+    from hpclab.measure.allocation import is_loopback, server_bind_host
+
+    host = server_bind_host()
+    if host is None:
+        return Check("server_bind", "ok", "not a hub-spawned server")
+    if is_loopback(host):
+        return Check("server_bind", "ok", f"server listens on {host} only")
+    return Check(
+        "server_bind",
+        "warn",
+        f"server listens on {host}: other users of this network can reach its port "
+        "(its token still guards it)",
+        "admins: bind single-user servers to the interface the hub uses (Spawner.ip)",
+    )
+
+
 CHECKS: tuple[Callable[[dict[str, Any]], Check], ...] = (
     _gpu,
     _cuda_visible,
     _shm,
     _threads,
     _scratch,
+    _site,
     _root,
     _port,
     _reverse_dns,
     _results,
     _clock,
     _packages,
+    _slurm_job,
+    _server_bind,
 )
 
 
@@ -310,7 +366,30 @@ def format_report(checks: list[Check], info: dict[str, Any]) -> str:
         lines.append(f"{_MARK[c.level]} {c.name:<20} {c.message}")
         if c.fix and c.level != "ok":
             lines.append(f"{'':6} {'':<20} fix: {c.fix}")
-    return "\n".join(lines)
+    return "\n".join(_wrap(line) for line in lines)
+
+
+REPORT_WIDTH = 96  # narrower than a notebook's output area: it never wraps a line itself
+
+
+def _wrap(line: str, width: int = REPORT_WIDTH) -> str:
+    """Wrap at spaces only (never inside a number or a word), continuing under the text column."""
+    import textwrap
+
+    if len(line) <= width:
+        return line
+    label = 28 if line.startswith("[") else 10  # the column where the text starts
+    body = line[label:]
+    return "\n".join(
+        textwrap.wrap(
+            body,
+            width=width,
+            initial_indent=line[:label],
+            subsequent_indent=" " * label,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    )
 
 
 def _num(x: float | None, digits: int = 2) -> str:

@@ -21,10 +21,13 @@ from hpclab.results import Result
 TOPICS: tuple[str, ...] = (
     "hpclab.welcome",
     "hpclab.compute.experiments",
+    "hpclab.topology.experiments",
     "hpclab.storage.experiments",
     "hpclab.sgd.experiments",
     "hpclab.ddp.experiments",
     "hpclab.parallel.experiments",
+    "hpclab.cluster.experiments",
+    "hpclab.search.experiments",
 )
 
 
@@ -83,4 +86,19 @@ def run(name: str, progress: Progress | None = None, **params: Any) -> Result:
     """Validate ``params`` into the experiment's config and run it."""
     exp = get(name)
     config = exp.config.create(**params)
-    return exp.run(config, progress or Progress())
+    return run_config(exp, config, progress)
+
+
+def run_config(exp: Experiment, config: Config, progress: Progress | None = None) -> Result:
+    """Run ``exp`` with a validated config (notebook, CLI and widget panels all come here).
+
+    The CPU share the run obtained goes into ``result.env["cpu_share"]``: a number measured while
+    other processes held our cores says so beside it (plots, panel status).
+    """
+    from hpclab.measure.cpu_share import measure_cpu_share
+
+    with measure_cpu_share() as got:
+        result = exp.run(config, progress or Progress())
+    if got.value is not None and hasattr(result, "env"):
+        result.env["cpu_share"] = got.value.to_dict()
+    return result

@@ -21,6 +21,9 @@ _DROP_MIME = (
     "application/vnd.jupyter.widget-state+json",
 )
 _KEEP_NB_META = ("kernelspec", "language_info")
+# Cell metadata that means something: nbval/papermill tags, nbgrader's cell roles, and the
+# read-only flags JupyterLab honours (exercises lock their check cells).
+_KEEP_CELL_META = ("tags", "nbgrader", "editable", "deletable")
 
 
 def _clean_output(out: dict[str, Any]) -> dict[str, Any]:
@@ -47,8 +50,8 @@ def clean(nb: Any, keep_outputs: bool = True) -> Any:
         "kernelspec", {"display_name": "Python 3", "language": "python", "name": "python3"}
     )
     for cell in nb.cells:
-        tags = cell.get("metadata", {}).get("tags")
-        cell["metadata"] = {"tags": tags} if tags else {}
+        meta = cell.get("metadata", {})
+        cell["metadata"] = {k: meta[k] for k in _KEEP_CELL_META if meta.get(k) not in (None, [])}
         if cell.cell_type != "code":
             continue
         if keep_outputs and CHECK_MARK in cell.source:

@@ -2,7 +2,7 @@
 
 No downloads: the data are scikit-learn's bundled 8x8 digits (1797 real images) or generated
 MNIST-like images (class templates plus noise, learnable, any count and size). The models are
-small on purpose: the lesson of seed 001 is that a small model (its MNIST net) stops scaling
+small on purpose: the lesson of Guan 2019 is that a small model (its MNIST net) stops scaling
 across GPUs while a large one keeps going, so the course needs both sizes.
 
 Shapes: images ``[N, C, H, W]`` float32 in [0, 1]; flat features ``[N, C*H*W]``; labels ``[N]``.
@@ -16,8 +16,6 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-MODELS = ("tiny", "large", "cnn")
 
 
 def digits(flat: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,40 +48,98 @@ def synthetic_images(
     return x.clamp_(0.0, 1.0), y
 
 
+def _tiny(in_features: int, classes: int) -> nn.Module:
+    return nn.Sequential(nn.Linear(in_features, 128), nn.ReLU(), nn.Linear(128, classes))
+
+
+def _large(in_features: int, classes: int) -> nn.Module:
+    return nn.Sequential(
+        nn.Linear(in_features, 1024),
+        nn.ReLU(),
+        nn.Linear(1024, 1024),
+        nn.ReLU(),
+        nn.Linear(1024, classes),
+    )
+
+
+def _deep(in_features: int, classes: int, layers: int = 24, width: int = 256) -> nn.Module:
+    mods: list[nn.Module] = [nn.Linear(in_features, width), nn.ReLU()]
+    for _ in range(layers - 2):
+        mods += [nn.Linear(width, width), nn.ReLU()]
+    mods.append(nn.Linear(width, classes))
+    return nn.Sequential(*mods)
+
+
+def _cnn(in_features: int, classes: int) -> nn.Module:
+    side = int(round(in_features**0.5))
+    if side * side != in_features:
+        raise ValueError(f"cnn needs square images; in_features={in_features} is not a square")
+    return nn.Sequential(
+        nn.Unflatten(1, (1, side, side)),
+        nn.Conv2d(1, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(4),
+        nn.Flatten(),
+        nn.Linear(32 * 16, classes),
+    )
+
+
+# The one model registry (chapters 01, 04, 05, 06): name -> builder(in_features, classes).
+# Every model takes flat features ``[N, in_features]`` and returns logits ``[N, classes]``.
+MODELS: dict[str, Callable[[int, int], nn.Module]] = {
+    "tiny": _tiny,  # MLP in-128-classes
+    "large": _large,  # MLP in-1024-1024-classes: >= 10x tiny's parameters
+    "deep": _deep,  # 24 layers of width 256: many small tensors (chapter 06's buckets)
+    "cnn": _cnn,  # two conv layers + linear; square single-channel images only
+}
+MLP_MODELS = ("tiny", "large", "deep")  # the models that take any number of features
+
+
 def make_model(name: str, in_features: int = 64, classes: int = 10, seed: int = 0) -> nn.Module:
-    """``tiny``: MLP in-128-classes; ``large``: MLP in-1024-1024-classes (>= 10x tiny's
-    parameters); ``cnn``: two conv layers + linear, for square single-channel images with
-    ``in_features = side * side``. Same seed, same initial weights (for parallel == serial tests)."""
+    """A fresh model from :data:`MODELS`. Same seed, same initial weights (for the parallel ==
+    serial tests of chapters 05 and 06)."""
+    if name not in MODELS:
+        raise ValueError(f"model={name!r} is not known; allowed: {', '.join(MODELS)}")
     torch.manual_seed(seed)
-    if name == "tiny":
-        return nn.Sequential(nn.Linear(in_features, 128), nn.ReLU(), nn.Linear(128, classes))
-    if name == "large":
-        return nn.Sequential(
-            nn.Linear(in_features, 1024),
-            nn.ReLU(),
-            nn.Linear(1024, 1024),
-            nn.ReLU(),
-            nn.Linear(1024, classes),
-        )
-    if name == "cnn":
-        side = int(round(in_features**0.5))
-        if side * side != in_features:
-            raise ValueError(f"cnn needs square images; in_features={in_features} is not a square")
-        return nn.Sequential(
-            nn.Unflatten(1, (1, side, side)),
-            nn.Conv2d(1, 16, 3, padding=1),
-            nn.ReLU(),
-            nn.Conv2d(16, 32, 3, padding=1),
-            nn.ReLU(),
-            nn.AdaptiveAvgPool2d(4),
-            nn.Flatten(),
-            nn.Linear(32 * 16, classes),
-        )
-    raise ValueError(f"model={name!r} is not known; allowed: {', '.join(MODELS)}")
+    return MODELS[name](in_features, classes)
 
 
 def parameter_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def flat_params(model: nn.Module) -> torch.Tensor:
+    """All parameters as one flat vector, in ``parameters()`` order (a detached copy; a DDP
+    wrapper is looked through). Parallel == serial tests compare these (chapters 05, 06)."""
+    module = getattr(model, "module", model)
+    return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
+
+
+def set_flat_params(model: nn.Module, flat: torch.Tensor) -> None:
+    """Write a flat vector (as :func:`flat_params` returns) into the parameters, in place."""
+    module = getattr(model, "module", model)
+    with torch.no_grad():
+        offset = 0
+        for p in module.parameters():
+            n = p.numel()
+            p.copy_(flat[offset : offset + n].view_as(p))
+            offset += n
+
+
+def flat_grad(model: nn.Module) -> torch.Tensor:
+    """All gradients as one dense flat vector (sparse gradients densified, missing ones 0):
+    what a parameter-server worker pushes (chapter 05)."""
+    module = getattr(model, "module", model)
+    parts = []
+    for p in module.parameters():
+        g = p.grad
+        if g is None:
+            parts.append(torch.zeros(p.numel(), dtype=p.dtype, device=p.device))
+        else:
+            parts.append((g.to_dense() if g.is_sparse else g).reshape(-1))
+    return torch.cat(parts)
 
 
 def forward_backward(
@@ -112,8 +168,13 @@ def train_step(
     y: torch.Tensor,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy,
     micro_batches: int = 1,
+    lock: contextlib.AbstractContextManager | None = None,
 ) -> float:
     """One SGD step: forward, loss, backward, update. Returns the loss (a float: syncs device).
+
+    ``lock`` (e.g. a ``multiprocessing.Lock``) is held around the update only: the naive,
+    locked variant of chapter 05's Hogwild; without it, processes sharing the weights write
+    into them lock-free (Hogwild!).
 
     ``micro_batches=k`` splits the batch into ``k`` chunks whose gradients accumulate before the
     one update (gradient accumulation, chapter 06). On a DDP model all chunks but the last run
@@ -122,17 +183,35 @@ def train_step(
     if micro_batches < 1 or micro_batches > len(x):
         raise ValueError(f"micro_batches={micro_batches} must be in 1..{len(x)} (the batch size)")
     optimizer.zero_grad(set_to_none=True)
+    if micro_batches == 1:  # the common case, kept lean: chapter 05's steps take ~0.2 ms
+        total = forward_backward(model, x, y, loss_fn)
+    else:
+        total = _accumulate(model, x, y, loss_fn, micro_batches)
+    if lock is None:
+        optimizer.step()
+    else:
+        with lock:
+            optimizer.step()
+    return float(total)
+
+
+def _accumulate(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    micro_batches: int,
+) -> torch.Tensor:
+    """Forward/backward over ``micro_batches`` chunks; returns the batch's mean loss."""
     chunks = list(zip(x.chunk(micro_batches), y.chunk(micro_batches), strict=True))
-    total = None
+    total = torch.zeros((), device=x.device)
     for i, (xc, yc) in enumerate(chunks):
         last = i == len(chunks) - 1
         sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else None
         with sync or model.no_sync():
             loss = forward_backward(model, xc, yc, loss_fn, scale=len(xc) / len(x))
-        part = loss if len(chunks) == 1 else loss * (len(xc) / len(x))
-        total = part if total is None else total + part
-    optimizer.step()
-    return float(total)
+        total = total + loss * (len(xc) / len(x))
+    return total
 
 
 @torch.no_grad()

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure, plural
 from hpclab.experiments import Experiment
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
@@ -118,6 +119,7 @@ def run_hardware(config: HardwareConfig, progress: Progress) -> Result:
     return make_result("hardware", config, records)
 
 
+@figure
 def plot_hardware(result: Result):
     """Peaks per dtype (bars, log scale; hover shows the derivation) and the live probe."""
     import plotly.graph_objects as go
@@ -129,7 +131,7 @@ def plot_hardware(result: Result):
         fig.add_bar(
             x=[r["dtype"] for r in cpu],
             y=[r["peak_gflops"] for r in cpu],
-            name=f"CPU peak, {cpu[0]['cores']} cores (model)",
+            name=f"CPU peak, {plural(cpu[0]['cores'], 'core')} (model)",
             hovertext=[r["derivation"] for r in cpu],
         )
     for device in sorted({r["device"] for r in rows if r["tier"] == "reference"}):

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Start the hpclab workbook in JupyterLab (what `make lab` runs).
 #
-#   scripts/lab.sh [extra jupyter lab options...]
+#   scripts/lab.sh [ROOT_DIR] [extra jupyter lab options...]
+#
+# ROOT_DIR (default: the repository) is the folder JupyterLab shows: from the repository a
+# student sees notebooks/ (the chapters), exercises/ (to work in) and solutions/ (instructors).
 #
 # 1. Creates the virtual environment if missing ($HPCLAB_VENV, default .venv; python3 >= 3.10).
 # 2. Installs torch only if the venv cannot import it: a cluster's CUDA build already in the venv
@@ -9,7 +12,7 @@
 #    CI uses; an unpinned `torch` would pull gigabytes of CUDA libraries).
 # 3. `pip install -e .`, skipped while the stamp $HPCLAB_VENV/.hpclab-installed is newer than
 #    pyproject.toml (so a second start takes seconds).
-# 4. Starts JupyterLab on notebooks/, bound to 127.0.0.1 only, on a port the OS picks (never a
+# 4. Starts JupyterLab on ROOT_DIR, bound to 127.0.0.1 only, on a port the OS picks (never a
 #    fixed one: students share nodes), and prints the URL with its token in a box.
 #    The token is Jupyter's own random one; it is not on the command line (`ps` shows that to
 #    every user of a node).
@@ -17,6 +20,7 @@
 # Environment: HPCLAB_VENV, HPCLAB_TORCH_SPEC, HPCLAB_PYTHON (interpreter that creates the venv).
 set -euo pipefail
 
+CALLER_DIR="$PWD"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
@@ -27,6 +31,17 @@ PY="$VENV/bin/python"
 STAMP="$VENV/.hpclab-installed"
 
 say() { printf '[hpclab] %s\n' "$*" >&2; }
+
+SERVE="$ROOT"
+if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then
+    # A folder as the first argument is the root to serve (Jupyter itself would take it as a
+    # second root_dir and refuse: "root_dir only accepts one value").
+    if ! SERVE="$(cd "$CALLER_DIR" && cd "$1" 2>/dev/null && pwd)"; then
+        say "ROOT_DIR '$1' is not a directory; give a folder (default: the repository) or options starting with -"
+        exit 2
+    fi
+    shift
+fi
 
 # --- 1. virtual environment -------------------------------------------------------------------
 if [ ! -x "$PY" ]; then
@@ -56,7 +71,7 @@ else
 fi
 
 # --- 4. JupyterLab ------------------------------------------------------------------------------
-args=(--no-browser --ip=127.0.0.1 --port=0 --port-retries=0 "--ServerApp.root_dir=$ROOT/notebooks")
+args=(--no-browser --ip=127.0.0.1 --port=0 --port-retries=0 "--ServerApp.root_dir=$SERVE")
 if [ "$(id -u)" -eq 0 ]; then
     args+=(--allow-root)  # JupyterLab refuses to run as root without it (containers, CI)
 fi
@@ -101,6 +116,10 @@ if [ -n "$url" ]; then
         printf '\n%s\n' "$line"
         printf '  JupyterLab is running. Open this URL in your browser:\n\n'
         printf '      %s\n\n' "$url"
+        if [ -d "$SERVE/exercises" ]; then
+            printf '  Start with notebooks/00_welcome.ipynb; work the exercises in exercises/\n'
+            printf '  (each chapter NN has exercises/NN_*.ipynb; solutions/ is for instructors).\n\n'
+        fi
         printf '  On a cluster, forward the port from your laptop first, for example:\n'
         printf '      ssh -L %s:127.0.0.1:%s %s@%s\n' "$port" "$port" "$(id -un)" "$(hostname)"
         printf '  Stop with Ctrl-C.\n'

@@ -23,3 +23,62 @@ def no_orphans():
         [p for p in me.children(recursive=True) if p.pid not in before], timeout=3
     )
     assert not alive, f"processes left behind: {[(p.pid, p.name()) for p in alive]}"
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory):
+    """The local Slurm of ``scripts/local_slurm.sh`` (chapter 07): started for the session and
+    stopped after it, or, when one is already up (``make slurm-up``), used and left up.
+
+    Skips where it cannot run (not root, Debian's slurm/munge missing) unless
+    ``HPCLAB_REQUIRE_SLURM=1`` (CI), where that is a failure.
+    """
+    import shutil
+
+    from hpclab.cluster import local
+    from hpclab.cluster.slurm import SlurmError
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("HPCLAB_JOBS_DIR", str(tmp_path_factory.mktemp("jobs")))
+    was_up = local.local_running()
+    why = None
+    if not was_up and os.geteuid() != 0:
+        why = "no local Slurm is up and starting one needs root (make SLURM_SUDO=sudo slurm-up)"
+    elif not all(shutil.which(b) for b in ("slurmctld", "slurmd", "sbatch", "munged")):
+        why = "Debian's slurmctld slurmd slurm-client munge are not installed"
+    if why:
+        mp.undo()
+        if os.environ.get("HPCLAB_REQUIRE_SLURM") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    try:
+        cluster = local.up()  # idempotent: connects to one that is already up
+    except SlurmError as exc:
+        mp.undo()
+        pytest.fail(str(exc))
+    try:
+        yield cluster
+    finally:
+        if not was_up:
+            local.down()
+        mp.undo()
+
+
+@pytest.fixture
+def cluster(slurm):
+    """The session's local Slurm; the test must leave no job of its own in the queue."""
+    import time
+
+    before = {q["job_id"] for q in slurm.queue()}
+
+    def left() -> list[dict]:
+        return [q for q in slurm.queue() if q["job_id"] not in before]
+
+    yield slurm
+    deadline = time.monotonic() + 15
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    remaining = left()
+    for job in remaining:
+        slurm.cancel(job["job_id"])
+    assert not remaining, f"jobs left in the queue: {remaining}"

@@ -23,28 +23,57 @@ def test_gemm_flops():
     assert "should be a number" in C.gemm_flops("lots", 1, 2, 3).message
 
 
-def test_conv_flops():
-    args = dict(batch=8, c_in=96, h=27, w=27, c_out=256, kernel=5, stride=1, padding=2, groups=2)
-    right = 2 * 8 * 256 * 27 * 27 * 48 * 25
-    assert C.conv_flops(right, **args)
-    no_groups = C.conv_flops(2 * right, **args)
-    assert not no_groups and "c_in/groups = 48" in no_groups.message
-    macs = C.conv_flops(right / 2, **args)
-    assert not macs and "2 FLOPs" in macs.message
-    one_image = C.conv_flops(right / 8, **args)
-    assert not one_image and "the batch has 8" in one_image.message
-    no_pad = C.conv_flops(2 * 8 * 256 * 23 * 23 * 48 * 25, **args)
-    assert not no_pad and "padding=2" in no_pad.message
+def conv_solution(batch, c_in, h, w, c_out, kernel, stride=1, padding=0, groups=1):
+    h_out = (h + 2 * padding - kernel) // stride + 1
+    w_out = (w + 2 * padding - kernel) // stride + 1
+    return 2 * batch * c_out * h_out * w_out * (c_in // groups) * kernel * kernel
 
 
-def test_conv_flops_output_size_hint():
-    args = dict(batch=1, c_in=3, h=224, w=224, c_out=64, kernel=11, stride=4, padding=2, groups=1)
-    assert C.conv_flops(2 * 64 * 55 * 55 * 3 * 121, **args)
-    bad = C.conv_flops(2 * 64 * 224 * 224 * 3 * 121, **args)
-    assert not bad and "output pixels" in bad.message
+def _conv(**change):
+    """conv_solution with one slip: macs (no x2), no_groups, no_pad, no_stride, input_pixels,
+    one_image."""
+
+    def fn(batch, c_in, h, w, c_out, kernel, stride=1, padding=0, groups=1):
+        k2 = kernel * kernel
+        p = 0 if change.get("no_pad") else padding
+        s = 1 if change.get("no_stride") else stride
+        ho, wo = (h + 2 * p - kernel) // s + 1, (w + 2 * p - kernel) // s + 1
+        if change.get("input_pixels"):
+            ho, wo = h, w
+        g = 1 if change.get("no_groups") else groups
+        f = 1 if change.get("macs") else 2
+        b = 1 if change.get("one_image") else batch
+        return f * b * c_out * ho * wo * (c_in // g) * k2
+
+    return fn
 
 
-# --- (b) fraction of peak ---------------------------------------------------------------------
+def test_conv_flops_accepts_the_function():
+    ok = C.conv_flops(conv_solution)
+    assert ok and "AlexNet's conv2" in ok.message
+
+
+@pytest.mark.parametrize(
+    "change, advice",
+    [
+        # with groups=2 (AlexNet's conv2) "no x2" and "ignores groups" cancel: right by default
+        ({"macs": True, "no_groups": True}, "two slips"),
+        ({"macs": True}, "multiply-adds"),
+        ({"no_groups": True}, "c_in / groups"),
+        ({"no_pad": True}, "padding"),
+        ({"no_stride": True}, "stride"),
+        ({"input_pixels": True}, "output pixels"),
+        ({"one_image": True}, "one image"),
+    ],
+)
+def test_conv_flops_rejects_each_slip_with_its_advice(change, advice):
+    bad = C.conv_flops(_conv(**change))
+    assert not bad and advice in bad.message, bad.message
+
+
+def test_conv_flops_wants_a_function():
+    bad = C.conv_flops(2 * 8 * 256 * 27 * 27 * 48 * 25)  # the right number for AlexNet alone
+    assert not bad and "function" in bad.message
 
 
 def test_peak_fraction():
@@ -120,9 +149,23 @@ def test_timer_accepts_a_correct_one_and_the_library():
     assert C.timer(lambda fn, device, warmup, repeat: honest_time(fn, repeat, device))
 
 
+def clock_around_nothing(fn, device="cpu", warmup=2, repeat=10):
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeat):
+        fn()
+        t0 = time.perf_counter()
+        samples.append(time.perf_counter() - t0)  # fn() is outside the timed region
+    return statistics.median(samples)
+
+
 def test_timer_rejects_wrong_ones():
     bad = C.timer(no_warmup_mean)
-    assert not bad and "warmup" in bad.message
+    assert not bad and "warmup" in bad.message and "called 10 times" in bad.message
+    bad = C.timer(clock_around_nothing)  # a CPU timer is not told to synchronize a GPU
+    assert not bad and "between the two clock readings" in bad.message
+    assert "cuda" not in bad.message
     bad = C.timer(total_not_per_call)
     assert not bad and "divide by repeat" in bad.message
     bad = C.timer(in_milliseconds)

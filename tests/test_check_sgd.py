@@ -38,22 +38,54 @@ def never_zeroes(ctx, problem, model, steps, lr):
     _loop(model, problem, steps, lr, zero=False)
 
 
+def quarter_of_the_steps(ctx, problem, model, steps, lr):
+    _loop(model, problem, steps // 4, lr)
+
+
+def lr_over_workers(ctx, problem, model, steps, lr):
+    _loop(model, problem, steps, lr / ctx.world_size)
+
+
+def steps_split_over_workers(ctx, problem, model, steps, lr):
+    _loop(model, problem, steps // ctx.world_size, lr)
+
+
+def stops_early(ctx, problem, model, steps, lr):
+    _loop(model, problem, min(steps, 100), lr)  # right for the exact run's 12 steps
+
+
+def one_fixed_minibatch(ctx, problem, model, steps, lr):
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    idx = torch.arange(32)  # the same 32 samples every step
+    for _ in range(steps):
+        opt.zero_grad()
+        problem.loss_fn(model(problem.x_train[idx]), problem.y_train[idx]).backward()
+        opt.step()
+
+
 def test_hogwild_loop_accepts_the_solution():
-    assert check.hogwild_loop(solution).passed
+    res = check.hogwild_loop(solution)
+    assert res.passed, res.message
 
 
 @pytest.mark.parametrize(
     ("worker", "advice"),
     [
-        (trains_a_copy, "did not change at all"),
-        (only_rank_zero, "only process 0"),
+        (trains_a_copy, "process 0 left its model unchanged"),
+        (only_rank_zero, "process 1 left its model unchanged"),
         (never_zeroes, "zero the gradients"),
         ("not a function", "function itself"),
+        # tolerances that accepted part of the work: steps and lr are now checked exactly
+        (quarter_of_the_steps, "made 3 updates"),
+        (steps_split_over_workers, "made 6 updates"),
+        (lr_over_workers, "as if lr were 0.5 (halved)"),
+        (one_fixed_minibatch, "new random minibatch"),
+        (stops_early, "ran 100 backward passes for steps=300"),
     ],
 )
 def test_hogwild_loop_rejects(worker, advice):
     res = check.hogwild_loop(worker)
-    assert not res.passed and advice in res.message
+    assert not res.passed and advice in res.message, res.message
 
 
 # --- (b) apply-gradient with version tracking -----------------------------------------------
@@ -91,6 +123,13 @@ def apply_reversed(shard, grad, grad_version):
     return staleness
 
 
+def apply_fixed_lr(shard, grad, grad_version):
+    staleness = shard.version - grad_version
+    shard.params -= 0.1 * grad  # the notebook's lr, hard-coded
+    shard.version += 1
+    return staleness
+
+
 def test_apply_gradient_accepts_the_solution():
     res = check.apply_gradient(apply_ok)
     assert res.passed and "[0, 1, 2, 2, 1, 1]" in res.message
@@ -104,6 +143,7 @@ def test_apply_gradient_accepts_the_solution():
         (apply_uphill, "uphill"),
         (apply_reversed, "not the reverse"),
         (lambda shard, grad, v: None, "return the staleness"),
+        (apply_fixed_lr, "with shard.lr=0.25"),  # right only at the default lr
     ],
 )
 def test_apply_gradient_rejects(fn, advice):
@@ -123,7 +163,13 @@ def test_ssp_rule_accepts_the_solution():
     ("rule", "advice"),
     [
         (lambda c, t, b: c[t] - min(c) < b, "use <=, not <"),
-        (lambda c, t, b: c[t] - max(c) <= b, "slowest trainer (min"),
+        (lambda c, t, b: c[t] - max(c) <= b, "never blocks"),  # always true
+        (lambda c, t, b: max(c) - c[t] <= b, "*behind* the fastest"),
+        # scripted cases where the slowest trainer sat next to the one asking: now every case
+        (lambda c, t, b: c[t] - c[t - 1] <= b, "neighbour"),
+        (lambda c, t, b: c[t] - c[(t + 1) % len(c)] <= b, "neighbour"),
+        (lambda c, t, b: c[t] - sum(c) / len(c) <= b, "mean clock"),
+        (lambda c, t, b: c[t] - min(c[:2]) <= b, "cases differ"),  # only the first two
         (lambda c, t, b: c[t] <= b, "not its own clock"),
         (lambda c, t, b: c[t] - min(c) <= b + 1, "expected"),
         (lambda c, t, b: True, "never blocks"),
@@ -131,4 +177,5 @@ def test_ssp_rule_accepts_the_solution():
 )
 def test_ssp_rule_rejects(rule, advice):
     res = check.ssp_rule(rule)
-    assert not res.passed and advice in res.message
+    assert not res.passed and advice in res.message, res.message
+    assert "min(clocks)" not in res.message  # feedback, not the answer

@@ -69,3 +69,15 @@ def test_fraction_above_one_means_the_peak_is_wrong():
 
     result = fraction_of_peak(1.2, RIGHT * 1.2, INFO)
     assert not result.passed and "above 100%" in result.message
+
+
+def test_a_factor_with_two_explanations_names_both_as_possible():
+    # On 2 cores "one core only" and "an FMA counted as 1 FLOP" both halve the peak: the hint
+    # must not assert one of them (nor state both as facts).
+    result = peak(RIGHT / 2, INFO)
+    assert not result.passed and "either" in result.message
+    assert "peak of one core" in result.message and "FMA" in result.message
+    four = dict(INFO, cores_usable=4)
+    result = peak(4 * 3.65 * 16, four)  # on 4 cores the same slip is unambiguous
+    assert "either" not in result.message and "FMA" in result.message
+    assert "one core" not in result.message

@@ -144,3 +144,54 @@ def test_a_topic_that_cannot_import_takes_only_its_own_experiments(monkeypatch, 
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "unknown experiment 'nosuch'" in err and "hpclab.no_such_topic did not load" in err
+
+
+def test_a_killed_rank_is_named_first_in_one_message_exit_1():
+    """kill -9 on rank 1 of a 2-rank ddp run: the dead rank first, no traceback of the CLI."""
+    import os
+    import signal
+    import time
+
+    import psutil
+
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "hpclab.cli", "run", "ddp", "--ranks", "2", "--steps", "10000"]
+        + ["--no-baseline", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HPCLAB_QUICK": "1"},
+    )
+    me = psutil.Process(cli.pid)
+    deadline = time.monotonic() + 60
+    ranks = []
+    while time.monotonic() < deadline and len(ranks) < 2:
+        ranks = [p for p in me.children() if p.name().startswith("hpclab-rank")]
+        time.sleep(0.05)
+    victim = next(p for p in ranks if p.name() == "hpclab-rank1")
+    time.sleep(1.0)  # mid-training
+    t0 = time.monotonic()
+    victim.send_signal(signal.SIGKILL)
+    first = cli.stderr.readline()
+    assert time.monotonic() - t0 < 5  # the process itself may take longer to tear torch down
+    err = first + cli.stderr.read()  # the pipe's end: the CLI has exited
+    assert cli.wait(timeout=30) == 1 and cli.stdout.read() == ""
+    lines = err.strip().splitlines()
+    assert lines[0] == "hpclab: error: rank 1 of 2 was killed by SIGKILL (signal 9)", err
+    assert lines[1].startswith("  then: rank 0 of 2 ") and "Traceback" not in err
+    _, alive = psutil.wait_procs(ranks, timeout=3)
+    assert not alive
+
+
+def test_a_corrupt_data_file_is_not_a_bad_argument(tmp_path):
+    # (a missing one: tests/test_storage_errors.py)
+    from hpclab.storage import pack
+    from hpclab.storage.data import SyntheticImages
+
+    pack(SyntheticImages(64, (3, 8, 8)), "memmap", tmp_path / "ds")
+    victim = tmp_path / "ds" / "x.npy"
+    victim.write_bytes(victim.read_bytes()[:100])  # truncated: the writer wrote more
+    corrupt = hpclab("run", "storage-read", "--format", "memmap", "--path", str(tmp_path / "ds"))
+    assert corrupt.returncode == 1, corrupt.stderr
+    assert str(victim) in corrupt.stderr and "Traceback" not in corrupt.stderr
+    assert len(corrupt.stderr.strip().splitlines()) == 1

@@ -144,7 +144,7 @@ def test_crossover_without_gpu_uses_a_labelled_model():
     experiments.get("crossover").plot(res)
 
 
-def test_train_throughput_learns_and_compares_with_seed_001():
+def test_train_throughput_learns_and_compares_with_guan2019():
     res = experiments.run(
         "train-throughput",
         model="tiny",
@@ -160,11 +160,11 @@ def test_train_throughput_learns_and_compares_with_seed_001():
     assert r["loss_last"] < 0.8 * r["loss_first"]  # it trains: the step is a real SGD step
     from hpclab.compute.throughput import speedups
 
-    seed = {
+    guan = {
         (s["batch_size"], s["threads"]): s["speedup"] for s in speedups(res.records, "reference")
     }
-    assert seed[(256, 16)] == pytest.approx(11193.94 / 2559.46)
-    assert seed[(50, 32)] < seed[(50, 16)]  # the seed's point: 32 threads slower than 16
+    assert guan[(256, 16)] == pytest.approx(11193.94 / 2559.46)
+    assert guan[(50, 32)] < guan[(50, 16)]  # the deck's point: 32 threads slower than 16
     experiments.get("train-throughput").plot(res)
 
 

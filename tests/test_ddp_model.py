@@ -1,4 +1,4 @@
-"""Chapter 06: the scaling model reproduces a hand-computed example and seed 001's lesson."""
+"""Chapter 06: the scaling model reproduces a hand-computed example and Guan 2019's lesson."""
 
 from __future__ import annotations
 
@@ -26,42 +26,42 @@ def test_hand_computed_example():
 
 
 def test_network_takes_over_beyond_one_node():
-    w = WORKLOADS["horovod-resnet50-seed001"]
+    w = WORKLOADS["horovod-resnet50-guan2019"]
     inside = predict(w, 8, "weak", "nvlink-v100", "eth-10g", 8)
     across = predict(w, 16, "weak", "nvlink-v100", "eth-10g", 8)
     assert inside.link == "nvlink-v100" and "eth-10g" in across.link
     assert across.comm_s > 20 * inside.comm_s
 
 
-def test_model_predicts_seed001_mnist_slowdown_and_resnet_gain():
-    mnist = WORKLOADS["mnist-seed001"]
+def test_model_predicts_guan2019_mnist_slowdown_and_resnet_gain():
+    mnist = WORKLOADS["mnist-guan2019"]
     one = predict(mnist, 1, "strong", "pcie3", "ib-edr", 8)
     two = predict(mnist, 2, "strong", "pcie3", "ib-edr", 8)
-    assert two.samples_per_s < one.samples_per_s  # seed 001: 2 GPUs slower than 1
-    resnet = WORKLOADS["resnet50-seed001"]
+    assert two.samples_per_s < one.samples_per_s  # Guan 2019: 2 GPUs slower than 1
+    resnet = WORKLOADS["resnet50-guan2019"]
     r1, r8 = (predict(resnet, n, "strong", "pcie3", "ib-edr", 8) for n in (1, 8))
     assert r8.samples_per_s > 3 * r1.samples_per_s and r8.efficiency < 1.0
 
 
-def test_reference_tables_from_seed001():
+def test_reference_tables_from_guan2019():
     mnist = reference_scaling(
-        "seed001_mnist_multigpu", {"api": "keras", "gpu": "v100", "batch_size": 256}
+        "guan2019_mnist_multigpu", {"api": "keras", "gpu": "v100", "batch_size": 256}
     )
     assert [r["gpus"] for r in mnist] == [1, 2, 4, 6, 8]
     assert mnist[1]["samples_per_s"] < mnist[0]["samples_per_s"]
     assert mnist[0]["samples_per_s"] == pytest.approx(256 * 20000 / 128)
-    resnet = reference_scaling("seed001_resnet50_v100")
+    resnet = reference_scaling("guan2019_resnet50_v100")
     assert resnet[-1]["efficiency"] == pytest.approx(1132 / (8 * 345))
-    horovod = reference_scaling("seed001_horovod_resnet50")
+    horovod = reference_scaling("guan2019_horovod_resnet50")
     assert horovod[0]["gpus"] == 2 and horovod[0]["efficiency"] == pytest.approx(1.0)
     assert horovod[-1]["efficiency"] == pytest.approx(9318.20 / (32 * 322.93))
-    assert all(r["tier"] == "reference" and "seed 001" in r["source"] for r in horovod)
+    assert all(r["tier"] == "reference" and "Guan 2019" in r["source"] for r in horovod)
 
 
 def test_scaling_model_experiment_reaches_512_and_overlays_reference():
     from hpclab import experiments
 
-    res = experiments.run("scaling-model", workload="horovod-resnet50-seed001", max_gpus=512)
+    res = experiments.run("scaling-model", workload="horovod-resnet50-guan2019", max_gpus=512)
     model = [r for r in res.records if r["tier"] == "model"]
     ref = [r for r in res.records if r["tier"] == "reference"]
     assert [r["gpus"] for r in model] == [2**k for k in range(10)]
@@ -88,12 +88,12 @@ def test_scaling_plot_and_table():
     from hpclab import experiments
     from hpclab.ddp.scaling import model_vs_reference, plot_scaling_model
 
-    fig = plot_scaling_model(experiments.run("scaling-model", workload="resnet50-seed001"))
+    fig = plot_scaling_model(experiments.run("scaling-model", workload="resnet50-guan2019"))
     assert [t.name for t in fig.data][0] == "model"
-    assert any(t.name.startswith("reference: seed 001") for t in fig.data)
-    table = model_vs_reference(workload="resnet50-seed001")
+    assert any(t.name.startswith("reference: Guan 2019") for t in fig.data)
+    table = model_vs_reference(workload="resnet50-guan2019")
     assert list(table.index) == [1, 2, 4, 8]
-    assert table.loc[8, "seed 001 samples/s"] == 1132
+    assert table.loc[8, "Guan 2019 samples/s"] == 1132
 
 
 def test_model_calibrated_from_own_measurements():

@@ -20,9 +20,30 @@ def test_strip_replaces_block_with_hinted_stub():
     out = strip_solutions(SOLUTION)
     assert "return a * 2" not in out
     assert "    # HINT: multiply a by two" in out
-    assert "    raise NotImplementedError('multiply a by two')" in out
+    # the hint is a comment; the exception says only that the exercise is not done
+    assert "    raise NotImplementedError('exercise not done yet" in out
+    assert "multiply" not in out.split("raise")[1]
     assert out.startswith("x = 1\ndef f(a):") and out.endswith("print(f(x))")
     compile(out, "exercise", "exec")  # still valid Python
+
+
+TOP_LEVEL = """probe = 3
+### BEGIN SOLUTION
+### HINT: think
+helper = probe * 2
+answer = helper + 1
+### END SOLUTION"""
+
+
+def test_a_top_level_block_binds_its_used_names_to_ellipsis():
+    # "Run All" must not stop here: the stub defines what later cells read, as `...`, and the
+    # check below says "not yet".
+    out = strip_solutions(TOP_LEVEL, used={"answer", "probe"})
+    assert out.splitlines()[-1] == "answer = ..." and "helper" not in out
+    assert "raise" not in out
+    ns: dict = {}
+    exec(compile(out, "exercise", "exec"), ns)
+    assert ns["answer"] is Ellipsis
 
 
 def test_markdown_answers():
@@ -53,15 +74,21 @@ def test_build_then_check_then_stale(tmp_path):
     sol, ex = tmp_path / "solutions", tmp_path / "exercises"
     sol.mkdir()
     _write_solution(sol / "00_demo.ipynb")
-    assert exercises.stale(sol, ex) == [f"{ex / '00_demo.ipynb'} is missing"]
-    assert exercises.build(sol, ex) == [ex / "00_demo.ipynb"]
+    lacks = (
+        f"{sol / '00_demo.ipynb'} lacks its nbgrader cell metadata (hpclab exercises build adds it)"
+    )
+    assert exercises.stale(sol, ex) == [lacks, f"{ex / '00_demo.ipynb'} is missing"]
+    assert exercises.build(sol, ex) == [sol / "00_demo.ipynb", ex / "00_demo.ipynb"]
     assert exercises.stale(sol, ex) == []
     assert exercises.build(sol, ex) == []  # idempotent
     built = nbformat.read(str(ex / "00_demo.ipynb"), as_version=4)
     assert "NotImplementedError" in built.cells[2].source and built.cells[2].outputs == []
+    # build also wrote nbgrader roles into the solution, and check now wants them there
+    assert nbformat.read(str(sol / "00_demo.ipynb"), as_version=4).cells[1].metadata["nbgrader"]
     _write_solution(sol / "00_demo.ipynb", SOLUTION.replace("x = 1", "x = 2"))
     assert exercises.stale(sol, ex) == [
-        f"{ex / '00_demo.ipynb'} differs from what solutions/00_demo.ipynb generates"
+        lacks,
+        f"{ex / '00_demo.ipynb'} differs from what solutions/00_demo.ipynb generates",
     ]
     (ex / "01_orphan.ipynb").write_text("{}")
     assert any("has no solution source" in s for s in exercises.stale(sol, ex))
@@ -95,3 +122,103 @@ def test_repository_exercises_are_up_to_date():
 
     root = Path(__file__).resolve().parents[1]
     assert exercises.stale(root / "solutions", root / "exercises") == []
+
+
+def test_checks_say_not_yet_for_every_unsolved_form(monkeypatch):
+    from hpclab.check import ddp, solved, welcome
+
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    r = welcome.peak(..., {"cores_usable": 1})
+    assert not r.passed and "replace the `...`" in r.message
+
+    def stub(nbytes, seconds, ranks):
+        # HINT: a nudge
+        raise NotImplementedError("exercise not done yet: replace this line with your code")
+
+    r = ddp.busbw(stub, 1e6, 1e-3, 2)
+    assert not r.passed and "stub is not written yet" in r.message
+    assert not solved(stub)
+
+
+def test_grading_mode_prints_the_feedback_then_raises(monkeypatch, capsys):
+    from hpclab.check import CheckFailed, welcome
+
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")  # what nbgrader autograde sets
+    with pytest.raises(CheckFailed):
+        welcome.peak(..., {"cores_usable": 1})
+    assert "NOT YET: the exercise is not done yet" in capsys.readouterr().out
+    info = {"cores_usable": 2, "cores_node": 2, "clock_ghz": 3.0, "flops_per_cycle": {"fp32": 32}}
+    assert welcome.peak(192.0, info).passed  # a right answer does not raise
+
+
+def _cells(*specs):
+    nb = nbformat.v4.new_notebook()
+    for kind, src in specs:
+        make = nbformat.v4.new_code_cell if kind == "code" else nbformat.v4.new_markdown_cell
+        nb.cells.append(make(src))
+    return nb
+
+
+def test_annotate_gives_nbgrader_roles_from_markers_and_check_cells():
+    nb = _cells(
+        ("md", "# Exercise"),
+        ("code", "from hpclab.check import compute as check\nx = 1"),
+        ("code", "### BEGIN SOLUTION\ny = 2\n### END SOLUTION"),
+        ("code", "# NBVAL_CHECK_OUTPUT\ncheck.gemm_flops(y, 1, 1, 1)"),
+        ("code", "from hpclab.check.welcome import peak\n\npeak(y)"),
+        ("code", "print(y)"),
+        ("md", "Why?\n### BEGIN SOLUTION\nBecause.\n### END SOLUTION"),
+    )
+    roles = [c.metadata.get("nbgrader") for c in exercises.annotate(nb).cells]
+    assert roles[0]["locked"] and not roles[0]["grade"]
+    assert roles[1] is None  # ordinary code stays editable and ungraded
+    assert roles[2]["solution"] and not roles[2]["grade"] and roles[2]["grade_id"] == "answer-1"
+    for r, gid in ((roles[3], "check-1"), (roles[4], "check-2")):
+        assert r["grade"] and r["locked"] and r["points"] == 1 and r["grade_id"] == gid
+    assert roles[5] is None
+    assert roles[6]["solution"] and roles[6]["grade"] and roles[6]["points"] == 0
+    assert all(r["schema_version"] == 3 for r in roles if r)
+
+
+def test_run_all_on_an_unsolved_exercise_notebook_reaches_the_end():
+    """Chapter 06's exercises, unsolved, top to bottom with no error (nbclient stops at the
+    first one): every check says NOT YET, and the cells after an exercise that reuse its
+    answer wait for it instead of raising."""
+    from pathlib import Path
+
+    from hpclab.notebooks import execute
+
+    root = Path(__file__).resolve().parents[1]
+    nb = execute(root / "exercises" / "06_data_parallel.ipynb")
+    verdicts = [
+        "".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in c.outputs)
+        for c in nb.cells
+        if c.get("metadata", {}).get("nbgrader", {}).get("grade") and c.cell_type == "code"
+    ]
+    assert len(verdicts) == 4
+    assert all(v.startswith("NOT YET:") and "not written yet" in v for v in verdicts), verdicts
+
+
+def test_every_check_goes_through_exercise_check():
+    """One behaviour for every exercise: unsolved says NOT YET, grading mode raises (chapter 00)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import hpclab.check
+
+    bare = []
+    for mod in pkgutil.iter_modules(hpclab.check.__path__):
+        module = importlib.import_module(f"hpclab.check.{mod.name}")
+        for name, fn in vars(module).items():
+            if (
+                name.startswith("_")
+                or not inspect.isfunction(fn)
+                or fn.__module__ != module.__name__
+            ):
+                continue
+            if "CheckResult" in str(inspect.signature(fn).return_annotation) and not hasattr(
+                fn, "__wrapped__"
+            ):
+                bare.append(f"{module.__name__}.{name}")
+    assert not bare, f"checks without @exercise_check: {bare}"

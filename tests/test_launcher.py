@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import threading
 import time
@@ -45,10 +46,30 @@ def _hang_on_rank1(ctx):
     return 0
 
 
-def _exit_hard_on_rank1(ctx):
-    if ctx.rank == 1:
-        os._exit(3)
+def _kill_self_on(ctx, victim, how):
+    """Both ranks meet once; then ``victim`` dies by ``how`` while the other keeps reducing."""
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    if ctx.rank == victim:
+        if how == "exit3":
+            os._exit(3)
+        os.kill(os.getpid(), how)
+    for _ in range(100_000):
+        dist.all_reduce(t)
+    return 0
+
+
+def _killed_while_peer_hangs(ctx):
+    """Rank 1 hangs outside any collective (it would never notice); rank 0 is killed."""
+    if ctx.rank == 0:
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(600)
+
+
+def _cause_and_effects(err):
+    lines = str(err).splitlines()
+    return lines[0], [line for line in lines[1:] if line.startswith("  then: ")]
 
 
 def _sleep_forever(ctx):
@@ -83,7 +104,7 @@ def test_threads_per_rank_defaults_to_usable_cores_split():
     from hpclab.measure.sysinfo import usable_cores
 
     out = launch(_sum_ranks, 2, args=(0,))
-    assert out[0]["threads"] == max(1, usable_cores()[0] // 2)
+    assert out[0]["threads"] == max(1, usable_cores() // 2)
 
 
 def test_rerun_in_same_process_works():
@@ -94,6 +115,34 @@ def test_rerun_in_same_process_works():
         ]
 
 
+@pytest.mark.parametrize(
+    "how, cause",
+    [
+        (signal.SIGKILL, "was killed by SIGKILL (signal 9)"),
+        (signal.SIGTERM, "was killed by SIGTERM (signal 15)"),
+        ("exit3", "exited with code 3 before returning a result"),
+    ],
+)
+def test_the_rank_that_died_is_named_first_not_the_peer_that_noticed(no_orphans, how, cause):
+    t0 = time.monotonic()
+    with pytest.raises(RankError) as info:
+        launch(_kill_self_on, 2, args=(1, how), threads_per_rank=1, timeout_s=20)
+    assert time.monotonic() - t0 < 10
+    first, then = _cause_and_effects(info.value)
+    assert first == f"rank 1 of 2 {cause}"
+    assert info.value.rank == 1 and info.value.summary == cause
+    # Rank 0 noticed ("Connection closed by peer") and follows, in one line, as a consequence.
+    assert len(then) == 1 and then[0].startswith("  then: rank 0 of 2 "), str(info.value)
+
+
+def test_rank_0_can_be_the_cause_too(no_orphans):
+    with pytest.raises(RankError) as info:
+        launch(_kill_self_on, 2, args=(0, signal.SIGKILL), threads_per_rank=1, timeout_s=20)
+    first, then = _cause_and_effects(info.value)
+    assert first == "rank 0 of 2 was killed by SIGKILL (signal 9)"
+    assert then[0].startswith("  then: rank 1 of 2 ")
+
+
 def test_raising_rank_fails_fast_with_its_traceback(no_orphans):
     t0 = time.monotonic()
     with pytest.raises(RankError) as info:
@@ -101,28 +150,35 @@ def test_raising_rank_fails_fast_with_its_traceback(no_orphans):
     elapsed = time.monotonic() - t0
     assert elapsed < 10, f"took {elapsed:.1f}s"
     err = info.value
-    assert err.rank == 1
-    assert "deliberate failure on rank one" in str(err)
+    first, then = _cause_and_effects(err)
+    assert first == "rank 1 of 2 failed: ValueError: deliberate failure on rank one"
+    assert err.rank == 1 and then[0].startswith("  then: rank 0 of 2 ")
     assert "Traceback" in err.traceback and "_raise_on_rank1" in err.traceback
+    assert "--- traceback of rank 1 ---" in str(err)
 
 
-def test_hanging_rank_fails_within_the_timeout(no_orphans):
+def test_a_killed_rank_is_named_while_its_peer_hangs_outside_collectives(no_orphans):
+    t0 = time.monotonic()
+    with pytest.raises(RankError) as info:
+        launch(_killed_while_peer_hangs, 2, threads_per_rank=1, timeout_s=20)
+    assert time.monotonic() - t0 < 10  # not the 20 s timeout: the hanging peer is stopped
+    first, then = _cause_and_effects(info.value)
+    assert first == "rank 0 of 2 was killed by SIGKILL (signal 9)"
+    assert then == ["  then: rank 1 of 2 was still running; stopped by the launcher"]
+
+
+def test_a_rank_that_hangs_in_a_collective_is_named_not_the_one_that_timed_out(no_orphans):
     t0 = time.monotonic()
     with pytest.raises(RankError) as info:
         launch(_hang_on_rank1, 2, threads_per_rank=1, timeout_s=3)
     elapsed = time.monotonic() - t0
     assert 2.5 < elapsed < 10, f"took {elapsed:.1f}s"
-    assert info.value.rank == 0  # the peer that timed out waiting
-    assert "still running" in str(info.value) and "[1]" in str(info.value)
-
-
-def test_rank_that_dies_without_a_word_is_named(no_orphans):
-    t0 = time.monotonic()
-    with pytest.raises(RankError) as info:
-        launch(_exit_hard_on_rank1, 2, threads_per_rank=1, timeout_s=20)
-    assert time.monotonic() - t0 < 10
+    first, then = _cause_and_effects(info.value)
     assert info.value.rank == 1
-    assert "exited with code 3" in str(info.value)
+    assert first.startswith("rank 1 of 2 hung: still running when rank(s) 0 timed out waiting")
+    assert "timeout_s=3" in first
+    assert len(then) == 1 and then[0].startswith("  then: rank 0 of 2 failed: ")
+    assert "Timed out" in then[0] and "\n" not in then[0]
 
 
 def test_deadline_stops_a_run_outside_collectives(no_orphans):
@@ -218,7 +274,7 @@ def test_single_rank_needs_no_process_group():
     "kwargs, fragment",
     [
         ({"world_size": 0}, "world_size=0"),
-        ({"world_size": 2, "device": "cuda"}, "GPU(s) are visible"),
+        ({"world_size": 2, "device": "cuda"}, "device='cuda' needs one GPU per rank: ranks=2"),
         ({"world_size": 2, "backend": "mpi"}, "backend='mpi'"),
     ],
 )
@@ -304,3 +360,96 @@ def test_fork_after_a_multithreaded_gemm_in_the_parent_does_not_hang():
     b = torch.randn(512, 512)
     _ = b @ b
     assert launch(_gemm_threads, 1, threads_per_rank=2, backend="none", deadline_s=30) == [2]
+
+
+# --- one rank in this process, for debugging a worker ----------------------------------------
+
+
+def _inprocess_probe(ctx, value):
+    ctx.progress(1, 1, "half way")
+    t = torch.tensor([value])
+    if ctx.distributed:
+        dist.all_reduce(t)
+    return {
+        "pid": os.getpid(),
+        "threads": torch.get_num_threads(),
+        "omp": os.environ.get("OMP_NUM_THREADS"),
+        "grouped": dist.is_initialized(),
+        "sum": t.item(),
+        "ctx": ctx,
+    }
+
+
+def _inprocess_fails(ctx):
+    raise KeyError("look here")
+
+
+def test_inprocess_runs_rank_0_here_with_the_same_context_and_teardown(no_orphans):
+    import dataclasses
+
+    seen = []
+    before = torch.get_num_threads()
+    out = launch(
+        _inprocess_probe,
+        1,
+        args=(2.0,),
+        threads_per_rank=3,
+        inprocess=True,
+        progress=Progress(lambda d, t, n: seen.append(n)),
+    )[0]
+    assert out["pid"] == os.getpid()  # a debugger or breakpoint() stops in the worker
+    assert out["threads"] == 3 and out["omp"] == "3" and out["ctx"].threads == 3
+    assert (out["ctx"].rank, out["ctx"].world_size, out["ctx"].backend) == (0, 1, "none")
+    assert seen == ["half way"] and not out["grouped"]
+    assert torch.get_num_threads() == before  # the thread setting is restored afterwards
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        out["ctx"].rank = 1  # what a rank is does not change mid-run
+    # With a backend the one rank gets a process group, torn down after, so it runs again.
+    for _ in range(2):
+        out = launch(_inprocess_probe, 1, args=(2.0,), backend="gloo", inprocess=True)[0]
+        assert out["grouped"] and out["sum"] == 2.0 and not dist.is_initialized()
+
+
+def test_inprocess_raises_the_workers_own_exception_and_refuses_several_ranks():
+    with pytest.raises(KeyError, match="look here") as info:
+        launch(_inprocess_fails, 1, inprocess=True)
+    assert info.traceback[-1].name == "_inprocess_fails"  # post-mortem lands in the worker
+    with pytest.raises(LaunchError, match="inprocess=True runs one rank") as refused:
+        launch(_inprocess_fails, 2, inprocess=True)
+    assert "\n" not in str(refused.value)
+
+
+# --- the diagnosis alone: which failure is the cause ------------------------------------------
+
+
+def test_diagnosis_orders_causes_before_consequences():
+    from hpclab.dist.failures import Failure, diagnose, is_peer_loss
+
+    closed = "RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer [::1]:5"
+    assert is_peer_loss(RuntimeError(closed.split(": ", 1)[1]))
+    assert not is_peer_loss(TimeoutError("my data source timed out"))  # the worker's own error
+    # The peer's error came *before* the parent saw the death: the death is still the cause.
+    err = diagnose(
+        [Failure(0, 1.0, closed, "tb0", peer_loss=True), Failure(2, 1.5, exitcode=-9)],
+        3,
+        running=[1],
+        finished=[],
+        timeout_s=30,
+    )
+    assert (err.rank, err.summary, err.traceback) == (2, "was killed by SIGKILL (signal 9)", "")
+    assert err.consequences == (
+        "rank 0 of 3 failed: RuntimeError: Connection closed by peer [::1]:5",
+        "rank 1 of 3 was still running; stopped by the launcher",
+    )
+    # Two ranks raising their own errors: the earlier one is the cause.
+    err = diagnose(
+        [Failure(1, 2.0, "KeyError: 'b'", "tb1"), Failure(0, 1.0, "ValueError: a", "tb0")],
+        2,
+        running=[],
+        finished=[],
+        timeout_s=30,
+    )
+    assert str(err).splitlines()[:2] == [
+        "rank 0 of 2 failed: ValueError: a",
+        "  then: rank 1 of 2 failed: KeyError: 'b'",
+    ]

@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from hpclab.ddp.worker import TrainSpec, build_model
+from hpclab.ddp.worker import TrainSpec
+from hpclab.train import make_model
 from hpclab.dist import launch
 from hpclab.parallel.data_parallel import make_buckets
 from hpclab.parallel.dp_experiment import IMPLS, dp_worker
@@ -60,14 +61,14 @@ def test_hand_written_data_parallel_equals_ddp_and_one_process(ranks, model, cap
     ]["naive"]
     assert not torch.allclose(outs[0]["flat_params"]["naive"], small, rtol=1e-4, atol=1e-5)
     messages = outs[0]["messages"]
-    tensors = sum(1 for _ in build_model(model, 64, 0).parameters())
+    tensors = sum(1 for _ in make_model(model, 64).parameters())
     assert messages["naive"] == tensors
     if model == "deep":  # small buckets: several all-reduces in flight during backward
         assert 1 < messages["bucketed"] < tensors
 
 
 def test_buckets_follow_backward_order_and_the_cap():
-    model = build_model("deep", 64, 0)  # 24 layers: 64->256, 22 x 256->256, 256->10
+    model = make_model("deep", 64)  # 24 layers: 64->256, 22 x 256->256, 256->10
     params = list(model.parameters())
     buckets = make_buckets(params, cap_mb=0.5, first_mb=0.1)
     flat = [p for b in buckets for p in b.params]

@@ -79,3 +79,29 @@ def test_overlap_table_follows_the_formula():
 
     table = overlap_table((("dense", 2, 32, 0), ("sparse", 2, 32, 10), ("sparse", 1, 32, 10)), 2000)
     assert table["overlap"].tolist() == [1.0, round(1 - (1 - 1 / 2000) ** 320, 3), 0.0]
+
+
+def test_train_step_holds_the_lock_around_the_update_only(sparse):
+    """The locked variant: ``hpclab.train.train_step(lock=...)`` writes the weights inside the
+    lock, and computes the gradient outside it (else the lock would serialise everything)."""
+    import torch
+
+    from hpclab.train import flat_params, train_step
+
+    model = sparse.model()
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    seen = []
+
+    class Spy:
+        def __enter__(self):
+            seen.append(("enter", flat_params(model), model.bias.grad is not None))
+
+        def __exit__(self, *exc):
+            seen.append(("exit", flat_params(model), None))
+
+    idx = torch.arange(32)
+    train_step(model, opt, sparse.x_train[idx], sparse.y_train[idx], sparse.loss_fn, lock=Spy())
+    (_, before, has_grad), (_, after, _) = seen
+    assert has_grad  # backward ran before the lock was taken
+    assert torch.equal(before, torch.zeros_like(before))  # weights untouched until then
+    assert not torch.equal(after, before)  # the update happened inside

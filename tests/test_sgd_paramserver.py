@@ -14,13 +14,14 @@ from hpclab.config import ConfigError
 from hpclab.dist import RankError
 from hpclab.progress import Progress
 from hpclab.sgd.paramserver import Plan, final_params, initial_params, train_paramserver
-from hpclab.sgd.problems import flat_params, make_problem, serial_sgd
+from hpclab.sgd.problems import make_problem, serial_sgd
 from hpclab.sgd.ps_experiment import (
     ParamServerConfig,
     plot_paramserver,
     run_paramserver,
     summary_table,
 )
+from hpclab.train import flat_params
 
 
 @pytest.fixture(scope="module")

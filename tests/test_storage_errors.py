@@ -129,7 +129,8 @@ def test_cli_bad_format_is_one_line_exit_2():
     assert proc.stderr.count("\n") == 1 and "format='zip'" in proc.stderr and "lmdb" in proc.stderr
 
 
-def test_cli_missing_path_is_one_line_exit_2(tmp_path):
+def test_cli_missing_path_is_one_line_exit_1(tmp_path):
+    # Missing data is not a bad argument (exit 2): the run failed, naming the path (exit 1).
     proc = subprocess.run(
         [sys.executable, "-m", "hpclab.cli", "run", "storage-read", "--path", str(tmp_path / "x")],
         capture_output=True,
@@ -137,5 +138,5 @@ def test_cli_missing_path_is_one_line_exit_2(tmp_path):
         timeout=60,
     )
     assert (
-        proc.returncode == 2 and proc.stderr.count("\n") == 1 and str(tmp_path / "x") in proc.stderr
+        proc.returncode == 1 and proc.stderr.count("\n") == 1 and str(tmp_path / "x") in proc.stderr
     )

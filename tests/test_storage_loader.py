@@ -101,7 +101,7 @@ def test_loader_records_and_plot(data):
         assert r["samples_per_s"] == pytest.approx(4 * r["batch_size"] / r["seconds"])
         assert r["seconds_per_100_batches"] == pytest.approx(100 * r["seconds"] / 4)
     fig = experiments.get("loader").plot(res)
-    assert any("reference: seed 002" in t.name for t in fig.data)
+    assert any("reference: Fox et al. 2015" in t.name for t in fig.data)
 
 
 def test_data_wait_shows_a_slow_format_starving_the_model():
@@ -131,7 +131,7 @@ def test_staging_tar_beats_small_files_on_a_slow_shared_fs():
     assert live["files"]["simulated_seconds"] >= 202 * 0.002
     assert live["files"]["seconds"] > live["tar"]["seconds"]
     assert live["files"]["seconds"] >= model["files"]["seconds"]
-    assert any(r["tier"] == "reference" and "seed 003" in r["source"] for r in res.records)
+    assert any(r["tier"] == "reference" and "Mao 2017" in r["source"] for r in res.records)
 
 
 def test_cli_pack_then_read_json(tmp_path):
@@ -182,6 +182,6 @@ def test_live_wait_monitor_draws_every_step():
         device="cpu",
     )
     m.start(wait=True)
-    assert m.status.value == "done"
+    assert "done: 10 steps" in m.status.value
     assert len(m.figure.data[0].x) == len(m.figure.data[1].y) == 10
     assert "memmap" in m.figure.layout.title.text and "files-npy" in m.figure.layout.title.text

@@ -62,7 +62,7 @@ def test_clock_never_runs_code_off_x86(monkeypatch):
 # --- usable cores -----------------------------------------------------------------------------
 def test_usable_cores_honours_slurm(monkeypatch):
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
-    cores, sources = sysinfo.usable_cores()
+    cores, sources = sysinfo.usable_cores(), sysinfo.core_limits()
     assert cores == 1 and sources["slurm_cpus_per_task"] == 1
     info = sysinfo.system_info(refresh=True)
     assert info["cores_usable"] == 1 and info["slurm"]["SLURM_CPUS_PER_TASK"] == "1"
@@ -76,7 +76,7 @@ def test_usable_cores_honours_slurm(monkeypatch):
 def test_usable_cores_honours_affinity(monkeypatch):
     monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
-    cores, sources = sysinfo.usable_cores()
+    cores, sources = sysinfo.usable_cores(), sysinfo.core_limits()
     assert cores == 1 and sources["affinity"] == 1 and sources["node"] == os.cpu_count()
 
 

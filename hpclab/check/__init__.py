@@ -1,14 +1,27 @@
 """Autochecks for exercises: friendly, specific feedback (every chapter has a module here).
 
 A check returns a :class:`CheckResult` instead of raising, so a wrong answer prints advice in
-the cell rather than a traceback. Its text is deterministic for a correct answer (nbval compares
-it in CI); feedback for wrong answers names the likely mistake and the numbers involved.
+the cell rather than a traceback, and "Run All" on an exercise notebook reaches the end. Its text
+is deterministic for a correct answer (nbval compares it in CI); feedback for wrong answers names
+the likely mistake and the numbers involved.
+
+Every check is wrapped by :func:`exercise_check`, so all of them treat an unsolved exercise the
+same way: a ``...`` placeholder or a function that still raises ``NotImplementedError`` gets
+"NOT YET: ..." at once. Under nbgrader (``NBGRADER_EXECUTION`` is set by ``nbgrader autograde``
+and ``validate``) or with ``HPCLAB_GRADING=1``, a check that does not pass prints its feedback and
+then raises :class:`CheckFailed`: nbgrader scores a test cell by whether it raises.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import os
+import sys
+import types
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -25,12 +38,90 @@ class CheckResult:
     __str__ = __repr__
 
 
+class CheckFailed(AssertionError):
+    """Raised by a check that did not pass, in grading mode only."""
+
+
 def passed(message: str) -> CheckResult:
     return CheckResult(True, message)
 
 
 def failed(message: str) -> CheckResult:
     return CheckResult(False, message)
+
+
+def grading() -> bool:
+    """True under nbgrader's autograde/validate, or when ``HPCLAB_GRADING=1``."""
+    return bool(os.environ.get("NBGRADER_EXECUTION")) or os.environ.get("HPCLAB_GRADING") == "1"
+
+
+def is_stub(obj: object) -> bool:
+    """A function (or a class with a method) whose code still raises ``NotImplementedError``:
+    the exercise's stub."""
+    if isinstance(obj, type):
+        return any(is_stub(v) for v in vars(obj).values() if isinstance(v, types.FunctionType))
+    code = getattr(obj, "__code__", None)
+    stack = [code] if isinstance(code, types.CodeType) else []
+    while stack:
+        c = stack.pop()
+        if "NotImplementedError" in c.co_names:
+            return True
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    return False
+
+
+def _unsolved(args: tuple, kwargs: dict) -> CheckResult | None:
+    values = list(args) + list(kwargs.values())
+    if any(v is Ellipsis for v in values):
+        return failed(
+            "the exercise is not done yet: replace the `...` in the exercise cell with your "
+            "answer and run that cell again"
+        )
+    for v in values:
+        if callable(v) and is_stub(v):
+            name = getattr(v, "__name__", "your function")
+            return failed(
+                f"{name} is not written yet: replace its `raise NotImplementedError(...)` with "
+                "your code and run that cell again"
+            )
+    return None
+
+
+_LAST: dict[int, tuple[object, bool]] = {}  # id(first argument) -> (it, did its last check pass)
+
+
+def solved(answer: object) -> bool:
+    """Whether ``answer`` (an exercise's function or value) passed its last check.
+
+    Cells that reuse an answer (say, timing your ring all-reduce) run only once it passed, so an
+    unsolved exercise never breaks the cells after it.
+    """
+    entry = _LAST.get(id(answer))
+    return entry is not None and entry[0] is answer and entry[1]
+
+
+def exercise_check(fn: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
+    """Wrap a check: unsolved answers say "not yet"; grading mode raises on a failure."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> CheckResult:
+        result = _unsolved(args, kwargs)
+        if result is None:
+            try:
+                result = fn(*args, **kwargs)
+            except NotImplementedError:
+                result = failed(
+                    "part of your code still raises NotImplementedError: replace the stub with "
+                    "your code and run that cell again"
+                )
+        if args:
+            _LAST[id(args[0])] = (args[0], result.passed)
+        if not result.passed and grading():
+            print(result, file=sys.stdout, flush=True)
+            raise CheckFailed(result.message)
+        return result
+
+    return wrapper
 
 
 def as_number(value: object, name: str) -> float | CheckResult:
@@ -48,3 +139,20 @@ def as_number(value: object, name: str) -> float | CheckResult:
 def near(ratio: float, target: float, tol: float = 0.02) -> bool:
     """``ratio`` within ``tol`` (relative) of ``target``."""
     return abs(ratio / target - 1.0) <= tol
+
+
+def mistake(
+    got: list[float],
+    cases: list[tuple],
+    models: tuple[tuple[Callable[..., float], str], ...],
+    tol: float = 0.01,
+) -> str | None:
+    """The advice of the first wrong formula in ``models`` that reproduces ``got`` on every case
+    (so a hint is only given when the answer really behaves like that mistake)."""
+    for model, advice in models:
+        try:
+            if all(g > 0 and near(g, model(*c), tol) for g, c in zip(got, cases, strict=True)):
+                return advice
+        except ZeroDivisionError:
+            continue
+    return None

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hpclab.check import CheckResult, as_number, failed, near, passed
+from hpclab.check import CheckResult, as_number, exercise_check, failed, mistake, near, passed
 from hpclab.compute import flops as F
 
 
@@ -15,6 +15,7 @@ def _hints(ratio: float, table: list[tuple[float, str]], tol: float = 0.02) -> l
     return [text for factor, text in table if near(ratio, factor, tol)]
 
 
+@exercise_check
 def gemm_flops(answer: Any, m: int, n: int, k: int) -> CheckResult:
     """(a) FLOPs of ``C[m,n] = A[m,k] @ B[k,n]``."""
     value = as_number(answer, "gemm_flops")
@@ -40,57 +41,85 @@ def gemm_flops(answer: Any, m: int, n: int, k: int) -> CheckResult:
     return failed("; ".join(hints or [f"it is {ratio:.3g}x the expected count"]) + ".")
 
 
-def conv_flops(
-    answer: Any,
-    batch: int,
-    c_in: int,
-    h: int,
-    w: int,
-    c_out: int,
-    kernel: int,
-    stride: int = 1,
-    padding: int = 0,
-    groups: int = 1,
-) -> CheckResult:
-    """(a) FLOPs of a conv2d forward pass (multiply-add = 2 FLOPs; no bias)."""
-    value = as_number(answer, "conv_flops")
-    if isinstance(value, CheckResult):
-        return value
-    want = F.conv2d_flops(batch, c_in, h, w, c_out, kernel, stride, padding, groups)
-    if near(value / want, 1.0, 1e-6):
-        ho = F.conv2d_out(h, kernel, stride, padding)
+_CONV_CASES = (  # (batch, c_in, h, w, c_out, kernel, stride, padding, groups)
+    (8, 96, 27, 27, 256, 5, 1, 2, 2),  # AlexNet's second convolution
+    (2, 3, 32, 32, 16, 3, 1, 1, 1),
+    (4, 64, 56, 56, 128, 3, 2, 1, 4),
+    (1, 32, 14, 14, 32, 3, 1, 0, 32),  # depthwise
+    (2, 8, 20, 12, 6, 3, 1, 1, 2),  # not square
+)
+
+
+def _out(size: int, k: int, s: int, p: int) -> int:
+    return F.conv2d_out(size, k, s, p)
+
+
+_CONV_MISTAKES = (
+    (lambda *c: F.conv2d_flops(*c) / 2, "you counted multiply-adds; each is 2 FLOPs"),
+    (
+        lambda b, ci, h, w, co, k, s, p, g: F.conv2d_flops(b, ci, h, w, co, k, s, p, 1),
+        "each filter sees only c_in / groups input channels: divide by groups",
+    ),
+    (
+        lambda b, ci, h, w, co, k, s, p, g: F.conv2d_flops(b, ci, h, w, co, k, s, p, 1) / 2,
+        "two slips: each filter sees c_in / groups input channels, and a multiply-add is 2 FLOPs",
+    ),
+    (lambda *c: F.conv2d_flops(*c) / c[0], "that is one image; multiply by the batch"),
+    (
+        lambda b, ci, h, w, co, k, s, p, g: F.conv2d_flops(b, ci, h, w, co, k, s, 0, g),
+        "padding widens the input before the kernel slides: (h + 2 padding - kernel) // stride + 1",
+    ),
+    (
+        lambda b, ci, h, w, co, k, s, p, g: F.conv2d_flops(b, ci, h, w, co, k, 1, p, g),
+        "the stride skips positions: (h + 2 padding - kernel) // stride + 1 outputs per side",
+    ),
+    (
+        lambda b, ci, h, w, co, k, s, p, g: 2.0 * b * co * h * w * (ci // g) * k * k,
+        "count the output pixels (h_out x w_out), not the input's",
+    ),
+)
+
+
+@exercise_check
+def conv_flops(fn: Any) -> CheckResult:
+    """(a) ``fn(batch, c_in, h, w, c_out, kernel, stride, padding, groups)``: FLOPs of a conv2d
+    forward pass (multiply-add = 2 FLOPs; no bias), tried on several shapes and group counts."""
+    if not callable(fn):
+        return failed(
+            "pass your function my_conv_flops itself (not a number): it is tried on several "
+            "shapes, strides and group counts"
+        )
+    got = []
+    for case in _CONV_CASES:
+        try:
+            value = fn(*case)
+        except Exception as err:  # noqa: BLE001 - report, don't raise, in a check
+            return failed(f"my_conv_flops{case} raised {type(err).__name__}: {err}")
+        num = as_number(value, f"my_conv_flops{case}")
+        if isinstance(num, CheckResult):
+            return num
+        got.append(num)
+    want = [F.conv2d_flops(*c) for c in _CONV_CASES]
+    if all(near(g / w, 1.0, 1e-6) for g, w in zip(got, want, strict=True)):
+        b, ci, h, _, co, k, s, p, g = _CONV_CASES[0]
+        ho = _out(h, k, s, p)
         return passed(
-            f"2 x {batch} x {c_out} x {ho}x{ho} x {c_in // groups} x {kernel}x{kernel} "
-            f"= {want:.4g} FLOPs."
+            f"AlexNet's conv2: 2 x {b} x {co} x {ho}x{ho} x {ci // g} x {k}x{k} = {want[0]:.4g} "
+            f"FLOPs, and the other {len(_CONV_CASES) - 1} shapes match too."
         )
-    ratio = value / want
-    hints = _hints(
-        ratio,
-        [
-            (0.5, "each multiply-add is 2 FLOPs"),
-            (
-                float(groups),
-                f"with groups={groups} each output channel sees only "
-                f"c_in/groups = {c_in // groups} input channels",
-            ),
-            (1.0 / batch, f"that is one image; the batch has {batch}"),
-        ],
+    advice = mistake(got, list(_CONV_CASES), _CONV_MISTAKES, tol=1e-6)
+    if advice:
+        return failed(advice + ".")
+    k = next(
+        i for i, (g, w) in enumerate(zip(got, want, strict=True)) if not near(g / w, 1.0, 1e-6)
     )
-    if groups > 1 and near(ratio, groups / 2):
-        hints.append(f"count 2 FLOPs per multiply-add and c_in/groups = {c_in // groups}")
-    no_pad = F.conv2d_flops(batch, c_in, h, w, c_out, kernel, stride, 0, groups)
-    if padding and near(value / no_pad, 1.0, 1e-6):
-        hints.append(
-            f"padding={padding} keeps the output at {F.conv2d_out(h, kernel, stride, padding)}"
-            " pixels a side; count the padded output"
-        )
-    if near(value / (2.0 * batch * c_out * h * w * (c_in // groups) * kernel**2), 1.0, 1e-6) and (
-        F.conv2d_out(h, kernel, stride, padding) != h
-    ):
-        hints.append("count the output pixels (h_out x w_out), not the input's")
-    return failed("; ".join(hints or [f"it is {ratio:.3g}x the expected count"]) + ".")
+    return failed(
+        f"my_conv_flops{_CONV_CASES[k]} (batch, c_in, h, w, c_out, kernel, stride, padding, "
+        f"groups) returns {got[k]:.6g}; expected {want[k]:.6g} ({got[k] / want[k]:.3g}x)."
+    )
 
 
+@exercise_check
 def peak_fraction(answer: Any, gflops: float, peak_gflops: float) -> CheckResult:
     """(b) achieved fraction of peak, as a fraction (0.85, not 85)."""
     value = as_number(answer, "fraction")
@@ -115,6 +144,7 @@ def peak_fraction(answer: Any, gflops: float, peak_gflops: float) -> CheckResult
     return failed("; ".join(hints or [f"expected {want:.3f}, got {value:.3g}"]) + ".")
 
 
+@exercise_check
 def add_intensity(answer: Any, itemsize: int = 4) -> CheckResult:
     """(c) FLOP/byte of ``c = a + b`` with elements of ``itemsize`` bytes."""
     value = as_number(answer, "intensity")
@@ -137,6 +167,7 @@ def add_intensity(answer: Any, itemsize: int = 4) -> CheckResult:
     return failed("; ".join(hints or [f"expected {want:.4f} FLOP/byte"]) + ".")
 
 
+@exercise_check
 def roof(answer: Any, intensity: float, peak_gflops: float, bandwidth_gbps: float) -> CheckResult:
     """(c) which roof bounds a kernel: ``"memory"`` or ``"compute"``."""
     text = str(answer).strip().lower()
@@ -183,6 +214,7 @@ class _Workload:
             time.sleep(self.dt)
 
 
+@exercise_check
 def timer(my_timer: Callable[..., float], device: str = "cpu", dt: float = 0.004) -> CheckResult:
     """(d) ``my_timer(fn, device=..., warmup=2, repeat=10) -> seconds per call`` must agree with
     :func:`hpclab.measure.timing.time_fn` on a workload whose first call is slow and which, on a
@@ -200,18 +232,27 @@ def timer(my_timer: Callable[..., float], device: str = "cpu", dt: float = 0.004
     calls = work.calls
     ref = time_fn(_Workload(dt, device, first=0.0), device=device, warmup=1, repeat=5).median_s
     ratio = value / ref
-    if calls < 10:
-        return failed(f"fn was called {calls} times; take `repeat` (10) timed samples")
-    if ratio < 0.2:
-        return failed(
-            f"{value * 1e6:.0f} µs is far too short ({ref * 1e3:.2f} ms expected): the "
-            "clock stopped when the work was queued; synchronize the device before "
-            "reading the clock (torch.cuda.synchronize())"
-        )
     if calls < 12:
+        if calls >= 10:
+            return failed(
+                f"fn was called {calls} times for warmup=2, repeat=10: call it `warmup` times "
+                f"before timing, so the slow first call ({work.first * 1e3:.0f} ms here) is "
+                "not measured"
+            )
         return failed(
-            f"fn was called {calls} times: call it `warmup` (2) times before timing, "
-            f"so the slow first call ({work.first * 1e3:.0f} ms here) is not measured"
+            f"fn was called {calls} times for warmup=2, repeat=10: call it `warmup` times, "
+            "then take `repeat` timed samples"
+        )
+    if ratio < 0.2:
+        if device.startswith("cuda"):
+            return failed(
+                f"{value * 1e6:.0f} µs is far too short ({ref * 1e3:.2f} ms expected): the "
+                "clock stopped when the work was queued; synchronize the device before "
+                "reading the clock (hpclab.measure.timing.synchronize)"
+            )
+        return failed(
+            f"{value * 1e6:.0f} µs is far too short ({ref * 1e3:.2f} ms expected): is fn() "
+            "called between the two clock readings of each sample?"
         )
     if near(ratio, 1.0, 0.25):
         return passed(
@@ -222,11 +263,12 @@ def timer(my_timer: Callable[..., float], device: str = "cpu", dt: float = 0.004
     if near(ratio, 1000.0, 0.25):
         return failed("that looks like milliseconds: return seconds")
     return failed(
-        f"{value * 1e3:.2f} ms vs {ref * 1e3:.2f} ms expected: time each sample "
-        "between two synchronizes and report the median"
+        f"your timer says {value * 1e3:.2f} ms per call, time_fn {ref * 1e3:.2f} ms "
+        f"({ratio:.2g}x): time each call on its own and return the median in seconds"
     )
 
 
+@exercise_check
 def crossover(
     answer: Any, cpu_latency_s: float, cpu_rate: float, gpu_latency_s: float, gpu_rate: float
 ) -> CheckResult:

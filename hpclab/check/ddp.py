@@ -5,16 +5,33 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from hpclab.check import CheckResult, as_number, failed, near, passed
+from hpclab.check import CheckResult, as_number, exercise_check, failed, mistake, near, passed
 
 
 def _max_diff(a: Any, b: Any) -> float:
     return float((a - b).abs().max())
 
 
-def ddp_training(worker: Callable[..., Any], ranks: int = 2) -> CheckResult:
-    """Run ``worker(ctx, steps, per_rank_batch, seed) -> flat params`` on ``ranks`` ranks and
-    compare with one process trained on the global batch (``ranks x per_rank_batch``)."""
+@exercise_check
+def ddp_training(worker: Callable[..., Any], ranks: tuple[int, ...] = (2, 4)) -> CheckResult:
+    """Run ``worker(ctx, steps, per_rank_batch, seed) -> flat params`` on each number of
+    ``ranks`` and compare with one process trained on the global batch
+    (``ranks x per_rank_batch``). Two rank counts, so a hard-coded 2 cannot pass."""
+    for n in ranks:
+        result = _ddp_case(worker, n)
+        if not result.passed:
+            return result
+    from hpclab.ddp import serial_loop as ex
+
+    counts = " and ".join(map(str, ranks))
+    batches = " and ".join(str(n * ex.PER_RANK_BATCH) for n in ranks)
+    return passed(
+        f"{counts} DDP ranks with batch {ex.PER_RANK_BATCH} each end with the same weights as one "
+        f"process with batch {batches} ({ex.STEPS} steps, more than one epoch)."
+    )
+
+
+def _ddp_case(worker: Callable[..., Any], ranks: int) -> CheckResult:
     import torch
 
     from hpclab.ddp import serial_loop as ex
@@ -27,9 +44,11 @@ def ddp_training(worker: Callable[..., Any], ranks: int = 2) -> CheckResult:
             worker, ranks, args=(ex.STEPS, ex.PER_RANK_BATCH, ex.SEED), timeout_s=20, deadline_s=120
         )
     except RankError as err:
-        if "NotImplementedError" in err.summary:
-            return failed("replace the `raise NotImplementedError(...)` with your DDP code")
-        return failed(f"rank {err.rank} failed: {err.summary}")
+        text = _first_line(err)
+        hint = ""
+        if "Invalid rank" in str(err):
+            hint = ": the sampler needs num_replicas=ctx.world_size (not a fixed number)"
+        return failed(f"on {ranks} ranks your training failed: {text}{hint}")
     if not all(isinstance(o, torch.Tensor) for o in outs):
         kinds = sorted({type(o).__name__ for o in outs})
         return failed(
@@ -49,10 +68,7 @@ def ddp_training(worker: Callable[..., Any], ranks: int = 2) -> CheckResult:
     if mine.shape != ref.shape:
         return failed(f"expected {ref.numel()} parameters (the tiny model), got {mine.numel()}")
     if torch.allclose(mine, ref, rtol=1e-4, atol=1e-5):
-        return passed(
-            f"{ranks} DDP ranks with batch {ex.PER_RANK_BATCH} each end with the same weights as "
-            f"one process with batch {global_batch} ({ex.STEPS} steps, 2 epochs)."
-        )
+        return passed("")
     if torch.allclose(mine, ex.train_serial(ex.STEPS, ex.PER_RANK_BATCH), rtol=1e-4, atol=1e-5):
         return failed(
             "every rank trained on the same samples: give the DataLoader a DistributedSampler "
@@ -61,153 +77,273 @@ def ddp_training(worker: Callable[..., Any], ranks: int = 2) -> CheckResult:
     no_epoch = ex.train_serial(ex.STEPS, global_batch, reshuffle=False)
     if torch.allclose(mine, no_epoch, rtol=1e-4, atol=1e-5):
         return failed(
-            "the first epoch matches but the second repeats its order: call "
+            "the first epoch matches but the next ones repeat its order: call "
             "sampler.set_epoch(epoch) at the start of every epoch"
         )
     return failed(
-        f"the weights differ from one process with batch {global_batch} by up to "
-        f"{_max_diff(mine, ref):.2e}; check: batch_size per rank = per_rank_batch, sampler "
+        f"on {ranks} ranks the weights differ from one process with batch {global_batch} by up "
+        f"to {_max_diff(mine, ref):.2e}; check: batch_size per rank = per_rank_batch, sampler "
         f"shuffle=True with seed=seed, lr unchanged ({ex.LR}), exactly `steps` steps"
     )
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
+
+
+def _raised(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
 
 
 def _ring_check_worker(ctx: Any, fn: Callable[..., Any], numels: tuple[int, ...]) -> list:
     import torch
     import torch.distributed as dist
 
+    n = ctx.world_size
     out = []
     for numel in numels:
         x = torch.arange(numel, dtype=torch.float32) * (ctx.rank + 1) + ctx.rank
         ref = x.clone()
         dist.all_reduce(ref)
         mine = x.clone()
-        fn(mine, ctx.rank, ctx.world_size)
+        ret = fn(mine, ctx.rank, n)
+        tol = 1e-4 * max(1, numel)
+
+        def close(a: Any, b: Any, tol: float = tol) -> bool:
+            return bool(torch.allclose(a, b, rtol=0, atol=tol))
+
         out.append(
-            (
-                numel,
-                float((mine - ref).abs().max()),
-                float((mine == ref).float().mean()),
-                bool(torch.equal(mine, x)),
-            )
+            {
+                "numel": numel,
+                "err": float((mine - ref).abs().max()),
+                "frac": float((mine == ref).float().mean()),
+                "unchanged": bool(torch.equal(mine, x)),
+                "mean": close(mine, ref / n),
+                "returned": isinstance(ret, torch.Tensor)
+                and ret is not mine
+                and ret.shape == ref.shape
+                and close(ret, ref),
+                "chunks_ok": [
+                    close(a, b)
+                    for a, b in zip(mine.tensor_split(n), ref.tensor_split(n), strict=True)
+                ],
+            }
         )
     return out
 
 
+def _ring_advice(n: int, rank: int, row: dict) -> str | None:
+    numel = row["numel"]
+    if row["err"] <= 1e-4 * max(1, numel):
+        return None
+    where = f"with {n} ranks and {numel} elements, rank {rank}"
+    if row["unchanged"] and row["returned"]:
+        return (
+            f"{where} returned the right sum but left `tensor` unchanged: an all-reduce works in "
+            "place (write into the chunks, which are views of the tensor)"
+        )
+    if row["unchanged"]:
+        return f"{where} left the tensor unchanged: reduce in place (add_/copy_ into the chunks)"
+    if row["mean"]:
+        return f"{where} holds the average (sum / {n}); dist.all_reduce sums, as yours should"
+    ok = row["chunks_ok"]
+    if numel >= n and sum(ok) == 1:
+        return (
+            f"{where} has only chunk {ok.index(True)} of {n} right: the reduce-scatter works; "
+            "now add the all-gather phase"
+        )
+    if numel >= n and any(ok):
+        wrong = [i for i, good in enumerate(ok) if not good]
+        return (
+            f"{where}: chunks {wrong} of {n} are wrong, the others right: check which chunk "
+            "each step sends and which it receives"
+        )
+    return (
+        f"{where} differs from dist.all_reduce by up to {row['err']:.3g} "
+        f"({row['frac']:.0%} of elements right, no chunk entirely right)"
+    )
+
+
+@exercise_check
 def ring(fn: Callable[..., Any], world_sizes: tuple[int, ...] = (2, 3, 4)) -> CheckResult:
     """``fn(tensor, rank, world_size)`` must sum ``tensor`` over ranks in place, like
     ``dist.all_reduce``, for sizes that do and do not divide by the world size."""
     from hpclab.dist import RankError, launch
 
+    if not callable(fn):
+        return failed(f"pass your function itself, got {type(fn).__name__}")
     numels = (4099, 1000, 7, 1)  # largest first: their errors say the most
     for n in world_sizes:
         try:
             outs = launch(_ring_check_worker, n, args=(fn, numels), timeout_s=10, deadline_s=60)
         except RankError as err:
-            if "NotImplementedError" in err.summary:
-                return failed("replace the `raise NotImplementedError(...)` with your ring")
+            text = str(err).lower()
             hint = ""
-            if "timed out" in err.summary.lower() or "deadline" in err.summary:
+            if "timed out" in text or "deadline" in text or "timeout" in text:
                 hint = " (a deadlock? every rank must send to the right AND receive from the left "
-                hint += "in each step: use dist.isend for the send)"
-            return failed(f"with {n} ranks, rank {err.rank} failed: {err.summary}{hint}")
+                hint += "in each step: dist.isend for the send, then dist.recv)"
+            return failed(f"with {n} ranks: {_first_line(err)}{hint}")
         for rank, rows in enumerate(outs):
-            for numel, err, frac, unchanged in rows:
-                if err <= 1e-4 * max(1, numel):
-                    continue
-                where = f"with {n} ranks and {numel} elements, rank {rank}"
-                if unchanged and numel >= n:
-                    return failed(
-                        f"{where} left the tensor unchanged: reduce in place "
-                        "(add_/copy_ into the chunks, which are views of the tensor)"
-                    )
-                if abs(frac - 1 / n) < 0.15 and numel >= 1000:
-                    return failed(
-                        f"{where} has only about 1/{n} of the elements right: the "
-                        "reduce-scatter works; now add the all-gather phase"
-                    )
-                return failed(
-                    f"{where} differs from dist.all_reduce by up to {err:.3g} "
-                    f"({frac:.0%} of elements right); check the chunk indices per step"
-                )
+            for row in rows:
+                advice = _ring_advice(n, rank, row)
+                if advice:
+                    return failed(advice)
     return passed(
         f"your ring all-reduce equals dist.all_reduce on {', '.join(map(str, world_sizes))} "
         "ranks, for sizes that do and do not divide evenly."
     )
 
 
-def busbw(value_gbps: Any, nbytes: float, seconds: float, ranks: int) -> CheckResult:
-    """Bus bandwidth in GB/s of an all-reduce of ``nbytes`` taking ``seconds`` on ``ranks``."""
-    value = as_number(value_gbps, "my_busbw_gbps")
-    if isinstance(value, CheckResult):
-        return value
-    algbw = nbytes / seconds / 1e9
-    factor = 2 * (ranks - 1) / ranks
-    expected = algbw * factor
-    formula = f"{nbytes:.0f} B / {seconds:.4g} s / 1e9 x 2({ranks}-1)/{ranks} = {expected:.3f} GB/s"
-    if value > 0 and near(value / expected, 1.0, 0.01):
-        return passed("busbw = algbw x 2(n-1)/n, in GB/s (1e9 bytes/s), as nccl-tests reports it.")
-    if value <= 0:
-        return failed(f"a bandwidth is positive; expected {formula}")
-    ratio = value / expected
-    hints = []
-    if near(value / algbw, 1.0, 0.01) and ranks != 2:
-        hints.append(
-            "that is algbw (bytes / time): multiply by 2(n-1)/n, the share of the "
-            "message each link carries in a ring all-reduce"
+def _call_all(fn: Callable[..., Any], cases: list[tuple], name: str) -> list[float] | CheckResult:
+    got = []
+    for case in cases:
+        try:
+            value = fn(*case)
+        except Exception as err:  # noqa: BLE001 - a student's bug becomes feedback
+            return failed(f"{name}{tuple(case)} raised {_raised(err)}")
+        num = as_number(value, f"{name}{tuple(case)}")
+        if isinstance(num, CheckResult):
+            return num
+        got.append(num)
+    return got
+
+
+def _busbw(nbytes: float, seconds: float, ranks: int) -> float:
+    return nbytes / seconds / 1e9 * 2 * (ranks - 1) / ranks
+
+
+_BUSBW_MISTAKES = (
+    (
+        lambda b, s, n: b / s / 1e9,
+        "that is algbw (bytes / time) on every rank count: multiply by 2(n-1)/n, the share of "
+        "the message each link carries in a ring all-reduce",
+    ),
+    (lambda b, s, n: 2 * b / s / 1e9, "you used the factor 2; it is 2(n-1)/n"),
+    (lambda b, s, n: 2 * (n - 1) * b / s / 1e9, "the factor is 2(n-1)/n: you left out the /n"),
+    (lambda b, s, n: (n - 1) / n * b / s / 1e9, "the factor is 2(n-1)/n: you left out the 2"),
+    (
+        lambda b, s, n: b / s / 1e9 * n / (2 * (n - 1)),
+        "you divided by 2(n-1)/n; multiply by it",
+    ),
+    (
+        lambda b, s, n: _busbw(b, s, n) * 1e9 / 2**30,
+        "GB here means 1e9 bytes (as nccl-tests prints), not GiB (2**30)",
+    ),
+    (lambda b, s, n: 8 * _busbw(b, s, n), "that looks like Gbit/s: bytes, not bits"),
+    (lambda b, s, n: 1e3 * _busbw(b, s, n), "that looks like MB/s; the answer is in GB/s"),
+)
+
+
+@exercise_check
+def busbw(fn: Any, nbytes: float, seconds: float, ranks: int) -> CheckResult:
+    """``fn(nbytes, seconds, ranks)``: bus bandwidth in GB/s of an all-reduce, tried on the
+    measurement and on other sizes and rank counts (at 2 ranks busbw equals algbw)."""
+    if not callable(fn):
+        return failed(
+            "pass your function my_busbw_gbps itself (not a number): it is tried on several "
+            "rank counts, since at 2 ranks busbw equals algbw"
         )
-    elif near(value / (2 * algbw), 1.0, 0.01) and ranks > 1:
-        hints.append("you used the factor 2; it is 2(n-1)/n")
-    elif near(ratio, 2**30 / 1e9) or near(ratio, 1e9 / 2**30):
-        hints.append("GB here means 1e9 bytes (as nccl-tests prints), not GiB (2**30)")
-    elif near(ratio, 8.0):
-        hints.append("that looks like Gbit/s: bytes, not bits")
-    elif near(ratio, 1000.0):
-        hints.append("that looks like MB/s; the answer is in GB/s")
-    elif near(ratio, (ranks / (2 * (ranks - 1))) ** 2):
-        hints.append("you divided by 2(n-1)/n; multiply by it")
-    if not hints:
-        hints.append(f"it is {ratio:.3g}x the expected value")
-    return failed("; ".join(hints) + f". Expected: {formula}.")
+    cases = [(nbytes, seconds, ranks), (1e6, 1e-3, 3), (64 * 2**20, 0.05, 8), (2**30, 1.5, 4)]
+    got = _call_all(fn, cases, "my_busbw_gbps")
+    if isinstance(got, CheckResult):
+        return got
+    want = [_busbw(*c) for c in cases]
+    if all(g > 0 and near(g / w, 1.0, 0.01) for g, w in zip(got, want, strict=True)):
+        return passed(
+            "busbw = algbw x 2(n-1)/n, in GB/s (1e9 bytes/s), as nccl-tests reports it "
+            "(checked on 2, 3, 4 and 8 ranks)."
+        )
+    advice = mistake(got, cases, _BUSBW_MISTAKES)
+    if advice:
+        return failed(advice + ".")
+    k = next(
+        i for i, (g, w) in enumerate(zip(got, want, strict=True)) if not near(g / w, 1.0, 0.01)
+    )
+    b, s, n = cases[k]
+    return failed(
+        f"for {b:.0f} bytes in {s:.4g} s on {n} ranks you return {got[k]:.4g} GB/s; expected "
+        f"{b:.0f} / {s:.4g} / 1e9 x 2({n}-1)/{n} = {want[k]:.4g}"
+    )
 
 
-def efficiency_prediction(
-    value: Any, compute_s: float, nbytes: float, ranks: int, alpha_s: float, bandwidth_bps: float
-) -> CheckResult:
-    """Predicted weak-scaling efficiency: compute / (compute + ring all-reduce), no overlap."""
+def _efficiency(compute_s: float, nbytes: float, n: int, alpha_s: float, bw: float) -> float:
     from hpclab.ddp.cost_model import ring_allreduce_s
 
-    v = as_number(value, "my_efficiency")
-    if isinstance(v, CheckResult):
-        return v
-    comm = ring_allreduce_s(nbytes, ranks, alpha_s, bandwidth_bps)
-    expected = compute_s / (compute_s + comm)
-    formula = (
-        f"{compute_s:.4g} / ({compute_s:.4g} + 2({ranks}-1) x {alpha_s:.3g} + "
-        f"2({ranks}-1)/{ranks} x {nbytes:.0f} / {bandwidth_bps:.3g}) = {expected:.3f}"
-    )
-    if near(v, expected, 0.01):
+    return compute_s / (compute_s + ring_allreduce_s(nbytes, n, alpha_s, bw))
+
+
+_EFFICIENCY_MISTAKES = (
+    (
+        lambda c, m, n, a, b: c / (c + a + m / b),
+        "you sent the message once (alpha + m/B); a ring all-reduce takes 2(n-1) steps of m/n "
+        "bytes each",
+    ),
+    (
+        lambda c, m, n, a, b: 1 - _efficiency(c, m, n, a, b),
+        "that is the communication share; efficiency is the compute share",
+    ),
+    (
+        lambda c, m, n, a, b: n * _efficiency(c, m, n, a, b),
+        "that is the speedup (n x efficiency); divide by n",
+    ),
+    (
+        lambda c, m, n, a, b: _efficiency(c, 8 * m, n, a, b),
+        "bytes, not bits: the bandwidth is in bytes/s",
+    ),
+    (
+        lambda c, m, n, a, b: c / (c + 2 * (n - 1) / n * m / b),
+        "the latency term is missing: each of the 2(n-1) steps pays alpha",
+    ),
+    (
+        lambda c, m, n, a, b: c / (c + a + 2 * (n - 1) / n * m / b),
+        "the latency is paid in each of the 2(n-1) steps, not once",
+    ),
+    (
+        lambda c, m, n, a, b: c / (c + 2 * (n - 1) * a + 2 * (n - 1) * m / b),
+        "each of the 2(n-1) steps sends m/n bytes, not the whole message",
+    ),
+)
+
+
+@exercise_check
+def efficiency_prediction(
+    fn: Any, compute_s: float, nbytes: float, ranks: int, alpha_s: float, bandwidth_bps: float
+) -> CheckResult:
+    """``fn(compute_s, nbytes, ranks, alpha_s, bandwidth_bps)``: predicted weak-scaling
+    efficiency, compute / (compute + ring all-reduce), no overlap; tried on the run's numbers and
+    on other rank counts and latencies (at 2 ranks and small alpha one message looks like a ring)."""
+    if not callable(fn):
+        return failed(
+            "pass your function my_efficiency itself (not a number): it is tried on several "
+            "rank counts and latencies"
+        )
+    cases = [
+        (compute_s, nbytes, ranks, alpha_s, bandwidth_bps),
+        (0.01, 4e6, 2, 1e-3, 1e9),
+        (0.02, 4e7, 3, 5e-5, 2e9),
+        (0.005, 1e8, 8, 2e-4, 1e10),
+    ]
+    got = _call_all(fn, cases, "my_efficiency")
+    if isinstance(got, CheckResult):
+        return got
+    want = [_efficiency(*c) for c in cases]
+    if all(near(g / w, 1.0, 0.01) for g, w in zip(got, want, strict=True)):
         return passed(
-            "compute / (compute + ring all-reduce) matches the model within 1% (see the numbers below)."
+            "compute / (compute + 2(n-1) alpha + 2(n-1)/n m/B) matches the model on 2, 3 and 8 "
+            "ranks."
         )
-    hints = []
-    plain = compute_s / (compute_s + alpha_s + nbytes / bandwidth_bps)
-    if near(v, plain, 0.01):
-        hints.append(
-            "you sent the message once (alpha + m/B); a ring all-reduce takes "
-            "2(n-1) steps of m/n bytes each"
-        )
-    if near(v, comm / (compute_s + comm), 0.01):
-        hints.append("that is the communication share; efficiency is the compute share")
-    if near(v, ranks * expected, 0.01) and ranks > 1:
-        hints.append("that is the speedup (n x efficiency); divide by n")
-    if near(
-        v,
-        compute_s / (compute_s + ring_allreduce_s(nbytes * 8, ranks, alpha_s, bandwidth_bps)),
-        0.01,
-    ):
-        hints.append("bytes, not bits: the bandwidth is in bytes/s")
-    if not 0 < v <= 1:
-        hints.append("an efficiency lies between 0 and 1")
-    if not hints:
-        hints.append(f"you have {v:.3f}")
-    return failed("; ".join(hints) + f". Expected: {formula}.")
+    advice = mistake(got, cases, _EFFICIENCY_MISTAKES)
+    if advice:
+        return failed(advice + ".")
+    k = next(
+        i for i, (g, w) in enumerate(zip(got, want, strict=True)) if not near(g / w, 1.0, 0.01)
+    )
+    c, m, n, a, b = cases[k]
+    extra = " (an efficiency lies between 0 and 1)" if not 0 < got[k] <= 1 else ""
+    return failed(
+        f"with compute {c:.4g} s, {m:.0f} bytes, {n} ranks, alpha {a:.3g} s, B {b:.3g} B/s you "
+        f"return {got[k]:.4f}{extra}; expected {c:.4g} / ({c:.4g} + 2({n}-1) x {a:.3g} + "
+        f"2({n}-1)/{n} x {m:.0f} / {b:.3g}) = {want[k]:.4f}"
+    )

@@ -6,7 +6,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from hpclab.check import CheckResult, as_number, failed, passed
+from hpclab.check import CheckResult, as_number, exercise_check, failed, passed
 
 STEPS, GLOBAL_BATCH, LR = 6, 12, 0.1  # 12 divides among 2 and 3 ranks
 
@@ -43,6 +43,7 @@ def _ranks_failed(err: Any, n: int) -> CheckResult:
     return failed(f"with {n} ranks, rank {err.rank} failed: {err.summary}")
 
 
+@exercise_check
 def naive_averaging(fn: Callable[..., Any], world_sizes: tuple[int, ...] = (2, 3)) -> CheckResult:
     """``fn(model)``, called after backward on every rank, must leave in every ``.grad`` the
     mean over ranks; then n ranks with 12/n samples each end where one process with 12 ends."""
@@ -83,6 +84,7 @@ def naive_averaging(fn: Callable[..., Any], world_sizes: tuple[int, ...] = (2, 3
 BUBBLE_CASES = ((2, 1), (2, 8), (4, 4), (4, 16), (8, 32), (3, 7))
 
 
+@exercise_check
 def bubble(fn: Callable[[int, int], Any]) -> CheckResult:
     """``fn(p, m)`` = the idle fraction (p-1)/(m+p-1) of a p-stage pipeline, m micro-batches."""
     for p, m in BUBBLE_CASES:
@@ -113,6 +115,7 @@ def bubble(fn: Callable[[int, int], Any]) -> CheckResult:
 MICRO_CASES = ((4, 0.07), (2, 0.3), (8, 0.13), (3, 0.035), (4, 0.45))
 
 
+@exercise_check
 def micro_batches(fn: Callable[[int, float], Any]) -> CheckResult:
     """``fn(p, target)`` = the smallest m whose bubble (p-1)/(m+p-1) is at most ``target``."""
     for p, target in MICRO_CASES:
@@ -170,6 +173,7 @@ def _column_worker(ctx: Any, fn: Callable[..., Any], shapes: tuple) -> list:
     return rows
 
 
+@exercise_check
 def column_forward(fn: Callable[..., Any], world_sizes: tuple[int, ...] = (2, 4)) -> CheckResult:
     """``fn(x, weight_shard, bias_shard)`` on every rank must return the unsplit layer's output."""
     from hpclab.dist import RankError, launch

@@ -4,12 +4,13 @@ version tracking, and the stale-synchronous (bounded staleness) rule."""
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from hpclab.check import CheckResult, failed, passed
+from hpclab.check import CheckResult, exercise_check, failed, passed
 
 # --- (a) the Hogwild worker loop ----------------------------------------------------------
 
@@ -42,18 +43,132 @@ def _half_problems(seed: int = 5):
 
 def _entry(ctx, fn, problems, model, steps, lr):
     fn(ctx, problems[ctx.rank], model, steps, lr)
-    return True
+    return _BACKWARDS.get(os.getpid(), 0)
+
+
+_BACKWARDS: dict[int, int] = {}  # pid -> backward passes that reached the shared bias
+
+
+def _count_backward(_param: torch.Tensor) -> None:
+    _BACKWARDS[os.getpid()] = _BACKWARDS.get(os.getpid(), 0) + 1
 
 
 def _mean_loss(problems, model) -> float:
     return sum(p.loss(model) for p in problems) / len(problems)
 
 
-def hogwild_loop(worker: Callable[..., Any]) -> CheckResult:
-    """Run ``worker(ctx, problem, model, steps, lr)`` on 2 forked processes sharing ``model``.
+# The update rule itself, exactly: on a problem whose samples are all the same, every minibatch
+# has the same gradient, so the weights after k steps do not depend on which samples a loop
+# draws. Each of 2 processes trains its own copy (forked, not shared) and must end where plain
+# SGD with the same steps and lr ends.
+_EXACT_STEPS = 12
 
-    Passes when both processes' updates land in the shared weights and the loss falls about as
-    far as the library's loop makes it fall.
+
+def _constant_problem(rank: int):
+    from hpclab.sgd.problems import Problem, SparseLogReg
+
+    x = (torch.arange(_NNZ) * 3 + 7 * rank).repeat(64, 1)  # [64, nnz] feature ids, all rows equal
+    y = torch.ones(64)
+    return Problem(
+        f"constant{rank}",
+        x,
+        y,
+        x[:8],
+        y[:8],
+        lambda: SparseLogReg(_FEATURES),
+        torch.nn.functional.binary_cross_entropy_with_logits,
+        binary=True,
+    )
+
+
+def _private_entry(ctx, fn, problems, model, steps, lr):
+    fn(ctx, problems[ctx.rank], model, steps, lr)  # `model` is this process's own copy
+    return torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
+
+
+def _sgd_trajectory(problem, model, steps: int, lr: float) -> list[torch.Tensor]:
+    """Flat parameters after 0..steps plain SGD steps (batch 32) on a copy of ``model``."""
+    import copy
+
+    from hpclab.sgd.hogwild import sgd_step
+
+    model = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    idx = torch.arange(32)
+    out = [torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()]
+    for _ in range(steps):
+        sgd_step(model, opt, problem, idx)
+        out.append(torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone())
+    return out
+
+
+def _exact_rule(worker: Callable[..., Any]) -> CheckResult | None:
+    from hpclab.dist import RankError, launch
+
+    problems = [_constant_problem(r) for r in range(2)]
+    model = problems[0].model()
+    try:
+        outs = launch(
+            _private_entry,
+            2,
+            args=(worker, problems, model, _EXACT_STEPS, _LR),
+            backend="none",
+            threads_per_rank=1,
+            start_method="fork",
+            deadline_s=120,
+        )
+    except RankError as err:
+        return failed(f"your worker raised in a process: {_first_line(err)}")
+    for rank, got in enumerate(outs):
+        traj = _sgd_trajectory(problems[rank], model, 4 * _EXACT_STEPS, _LR)
+
+        def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+            return bool(torch.allclose(a, b, rtol=1e-5, atol=1e-6))
+
+        if same(got, traj[_EXACT_STEPS]):
+            continue
+        where = f"on 2 processes with steps={_EXACT_STEPS}, lr={_LR}, process {rank}"
+        k = next((k for k, t in enumerate(traj) if same(got, t)), None)
+        if k == 0:
+            return failed(
+                f"{where} left its model unchanged: call optimizer.step() after backward(), "
+                "on the `model` you were given"
+            )
+        if k is not None:
+            return failed(
+                f"{where} made {k} updates: every process runs all `steps` steps (the total "
+                "is workers x steps; that is the point of Hogwild)"
+            )
+        for factor, why in ((0.5, "halved"), (2.0, "doubled")):
+            lr_traj = _sgd_trajectory(problems[rank], model, _EXACT_STEPS, _LR * factor)
+            if same(got, lr_traj[-1]):
+                return failed(
+                    f"{where} stepped as if lr were {_LR * factor:g} ({why}): use lr as given; "
+                    "Hogwild does not scale the learning rate by the number of workers"
+                )
+        return failed(
+            f"{where} ended with weights that plain SGD (zero_grad, backward, step with lr) "
+            "does not reach in any number of steps: zero the gradients every step, and use "
+            "the mean loss of the minibatch (problem.loss_fn) and lr as given"
+        )
+    return None
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
+
+
+@exercise_check
+def hogwild_loop(worker: Callable[..., Any]) -> CheckResult:
+    """Run ``worker(ctx, problem, model, steps, lr)`` the way Hogwild does.
+
+    First the update rule, exactly: on 2 processes, each with its own copy of a model and a
+    problem whose minibatches all have the same gradient, the weights must match plain SGD after
+    the same number of steps with the same lr (a quarter of the steps, or lr divided by the
+    workers, is named). Then the real thing: 2 forked processes share one model, each must run
+    every step (backward passes are counted: no early stop), and the loss must fall about as far
+    as the library's own loop makes it fall at the same steps and lr.
     """
     from hpclab.dist import RankError, launch
     from hpclab.sgd.hogwild import hogwild_worker, prewarm
@@ -62,12 +177,15 @@ def hogwild_loop(worker: Callable[..., Any]) -> CheckResult:
         return failed(f"pass your worker function itself, got {type(worker).__name__}")
     problems = _half_problems()
     prewarm(problems[0])  # import what the first optimizer imports once, before forking
+    exact = _exact_rule(worker)
+    if exact is not None:
+        return exact
     model = problems[0].model()
     model.share_memory()
-    start = model.weight.weight.detach().clone().squeeze(1)
+    model.bias.register_post_accumulate_grad_hook(_count_backward)
     initial = _mean_loss(problems, model)
     try:
-        launch(
+        backwards = launch(
             _entry,
             2,
             args=(worker, problems, model, _STEPS, _LR),
@@ -77,23 +195,15 @@ def hogwild_loop(worker: Callable[..., Any]) -> CheckResult:
             deadline_s=120,
         )
     except RankError as err:
-        return failed(f"process {err.rank} raised {err.summary}; fix it and run again")
-    moved = (model.weight.weight.detach().squeeze(1) - start).abs()
-    half = _FEATURES // 2
-    changed = [bool((moved[:half] > 0).any()), bool((moved[half:] > 0).any())]
-    if not any(changed):
-        return failed(
-            "the shared model did not change at all: train the `model` you were given (not a "
-            "copy or a new model), and call optimizer.step() after backward()"
-        )
-    if not all(changed):
-        who = changed.index(True)
-        return failed(
-            f"only process {who}'s updates reached the shared weights: every process must "
-            "train the shared model (no `if ctx.rank == 0:` around the loop)"
-        )
+        return failed(f"your worker raised in a process: {_first_line(err)}")
+    for rank, count in enumerate(backwards):
+        if 0 < count != _STEPS:
+            return failed(
+                f"process {rank} ran {count} backward passes for steps={_STEPS}: one per step, "
+                "every process runs all of them"
+            )
     final = _mean_loss(problems, model)
-    # The library's own loop on the same problems, for the loss this run should reach.
+    # The library's own loop on the same problems, at the same steps and lr.
     ref_model = problems[0].model()
     ref_model.share_memory()
     import multiprocessing as mp
@@ -109,15 +219,16 @@ def hogwild_loop(worker: Callable[..., Any]) -> CheckResult:
         deadline_s=120,
     )
     reference = _mean_loss(problems, ref_model)
-    if math.isnan(final) or final > reference + 0.5 * (initial - reference):
+    if math.isnan(final) or final > reference + 0.25 * (initial - reference):
         return failed(
             f"both processes wrote, but the loss went from {initial:.3f} to {final:.3f} while "
-            f"{_STEPS} steps should reach about {reference:.3f}: zero the gradients every step "
-            "(optimizer.zero_grad()), use lr as given, and sample a new minibatch each step"
+            f"the library's loop at the same {_STEPS} steps and lr reaches {reference:.3f}: "
+            "draw a new random minibatch of 32 every step (torch.randint over problem.n_train)"
         )
     return passed(
-        "both processes wrote into the shared weights without a lock, and the loss fell "
-        "about as far as the library's own Hogwild loop makes it fall."
+        f"each process made exactly the SGD updates plain SGD makes ({_EXACT_STEPS} steps, "
+        f"lr {_LR:g}); on one shared model, without a lock, the loss fell as far as the "
+        "library's own Hogwild loop makes it fall."
     )
 
 
@@ -129,62 +240,70 @@ def _reference_entry(ctx, hogwild_worker, problems, model, barrier):
 # --- (b) apply-gradient with version tracking ---------------------------------------------
 
 
+@exercise_check
 def apply_gradient(fn: Callable[..., Any]) -> CheckResult:
-    """Replay the scripted interleaving of 3 trainers with ``fn(shard, grad, grad_version)``."""
+    """Replay the scripted interleaving of 3 trainers with ``fn(shard, grad, grad_version)``,
+    with two learning rates (a hard-coded lr cannot pass)."""
     from hpclab.sgd.staleness import SCRIPT, SCRIPT_STALENESS, replay_interleaving
 
     if not callable(fn):
         return failed(f"pass your function itself, got {type(fn).__name__}")
-    try:
-        shard, reported = replay_interleaving(SCRIPT, fn, lr=0.1)
-    except Exception as exc:  # noqa: BLE001 - a student's bug becomes feedback, not a traceback
-        return failed(f"your function raised {type(exc).__name__}: {exc}")
     expected = list(SCRIPT_STALENESS)
-    if any(r is None for r in reported):
-        return failed("return the staleness (an int) of the gradient you applied")
-    reported = [int(r) for r in reported]
-    if shard.version != len(expected):
-        return failed(
-            f"after {len(expected)} pushes the version is {shard.version}, expected "
-            f"{len(expected)}: advance shard.version by one per applied gradient"
-        )
-    if reported != expected:
-        if reported == [e + 1 for e in expected]:
+    for lr in (0.1, 0.25):
+        try:
+            shard, reported = replay_interleaving(SCRIPT, fn, lr=lr)
+        except Exception as exc:  # noqa: BLE001 - a student's bug becomes feedback
+            return failed(f"your function raised {type(exc).__name__}: {exc}")
+        if any(r is None for r in reported):
+            return failed("return the staleness (an int) of the gradient you applied")
+        reported = [int(r) for r in reported]
+        if shard.version != len(expected):
             return failed(
-                "off by one: compute the staleness before advancing the version "
-                f"(got {reported}, expected {expected})"
+                f"after {len(expected)} pushes the version is {shard.version}, expected "
+                f"{len(expected)}: advance shard.version by one per applied gradient"
             )
-        if reported == [-e for e in expected]:
-            return failed("staleness is the shard's version minus the gradient's, not the reverse")
-        return failed(f"staleness per push was {reported}; expected {expected}")
-    target = torch.full_like(shard.params, -0.1 * 2 * (1 + 2 + 3))
-    if torch.allclose(shard.params, -target):
-        return failed("the parameters moved uphill: subtract lr * grad, do not add it")
-    if not torch.allclose(shard.params, target):
-        return failed(
-            f"the staleness is right but the parameters are {shard.params.tolist()}, expected "
-            f"{target.tolist()}: apply params -= shard.lr * grad"
-        )
-    return passed(f"staleness per push {reported} and the final parameters match the script.")
+        if reported != expected:
+            if reported == [e + 1 for e in expected]:
+                return failed(
+                    "off by one: compute the staleness before advancing the version "
+                    f"(got {reported}, expected {expected})"
+                )
+            if reported == [-e for e in expected]:
+                return failed(
+                    "staleness is the shard's version minus the gradient's, not the reverse"
+                )
+            return failed(f"staleness per push was {reported}; expected {expected}")
+        target, _ = replay_interleaving(SCRIPT, lr=lr)  # the library's apply_gradient
+        if torch.allclose(shard.params, -target.params):
+            return failed("the parameters moved uphill: subtract lr * grad, do not add it")
+        if not torch.allclose(shard.params, target.params):
+            return failed(
+                f"with shard.lr={lr} the staleness is right but the parameters are "
+                f"{shard.params.tolist()}, expected {target.params.tolist()}: one SGD step "
+                "per push, with the shard's own lr"
+            )
+    return passed(f"staleness per push {expected} and the final parameters match the script.")
 
 
 # --- (c) the bounded-staleness (SSP) rule -------------------------------------------------
 
-_CASES: tuple[tuple[tuple[int, ...], int, int, bool], ...] = (
-    ((3, 1), 0, 2, True),
-    ((4, 1), 0, 2, False),
-    ((1, 4), 0, 0, True),
-    ((2, 2), 1, 0, True),
-    ((2, 1, 5), 2, 3, False),
-    ((2, 1, 4), 2, 3, True),
-    ((6, 6, 6), 0, 0, True),
-    ((0, 0, 0), 1, 0, True),
-    ((2, 0), 0, 2, True),
-    ((5, 1), 0, 2, False),
-)
+
+def _grid() -> list[tuple[list[int], int, int]]:
+    """Every clock vector of 2-4 trainers with clocks 0..3, every trainer, bounds 0..2: the
+    slowest trainer anywhere (next to the one asking or not, or the one asking), ties, leads
+    of exactly the bound and one more."""
+    import itertools
+
+    cases = []
+    for n in (2, 3, 4):
+        for clocks in itertools.product(range(4), repeat=n):
+            for trainer in range(n):
+                for bound in range(3):
+                    cases.append((list(clocks), trainer, bound))
+    return cases
 
 
-# Plausible wrong rules, recognised by their answers on all cases, with the advice for each.
+# Plausible wrong rules, recognised by their answers on every case, with the advice for each.
 _MISTAKES: tuple[tuple[Callable[[list[int], int, int], bool], str], ...] = (
     (
         lambda c, t, b: c[t] - min(c) < b,
@@ -197,42 +316,65 @@ _MISTAKES: tuple[tuple[Callable[[list[int], int, int], bool], str], ...] = (
     ),
     (
         lambda c, t, b: True,
-        "your rule never blocks anyone (plain async, not SSP): measure the trainer's lead over "
-        "the slowest trainer (min of the clocks), not over the fastest",
+        "your rule never blocks anyone (plain asynchronous, not SSP): a trainer too far ahead "
+        "must wait",
+    ),
+    (
+        lambda c, t, b: max(c) - c[t] <= b,
+        "that measures how far the trainer is *behind* the fastest; SSP bounds how far it is "
+        "ahead of the slowest",
+    ),
+    (
+        lambda c, t, b: c[t] - c[t - 1] <= b,
+        "you compared with the trainer's neighbour; the slowest trainer can be any of them",
+    ),
+    (
+        lambda c, t, b: c[t] - c[(t + 1) % len(c)] <= b,
+        "you compared with the trainer's neighbour; the slowest trainer can be any of them",
+    ),
+    (
+        lambda c, t, b: c[t] - sum(c) / len(c) <= b,
+        "you compared with the mean clock; SSP bounds the lead over the slowest trainer",
     ),
 )
 
 
+@exercise_check
 def ssp_rule(allows: Callable[[list[int], int, int], Any]) -> CheckResult:
-    """``allows(clocks, trainer, bound)`` on scripted cases and a scripted schedule."""
-    from hpclab.sgd.staleness import simulate_ssp
+    """``allows(clocks, trainer, bound)`` on every small case (2-4 trainers, clocks 0-3, bounds
+    0-2) and on a scripted schedule."""
+    from hpclab.sgd.staleness import simulate_ssp, ssp_allows
 
     if not callable(allows):
         return failed(f"pass your function itself, got {type(allows).__name__}")
+    cases = _grid()
     answers = []
-    for clocks, trainer, bound, _ in _CASES:
+    for clocks, trainer, bound in cases:
         try:
             answers.append(bool(allows(list(clocks), trainer, bound)))
         except Exception as exc:  # noqa: BLE001
-            return failed(f"allows({list(clocks)}, {trainer}, {bound}) raised {exc!r}")
-    wanted = [want for *_, want in _CASES]
+            return failed(
+                f"allows({clocks}, {trainer}, {bound}) raised {type(exc).__name__}: {exc}"
+            )
+    wanted = [ssp_allows(c, t, b) for c, t, b in cases]
     if answers != wanted:
         for rule, advice in _MISTAKES:
-            if answers == [rule(list(c), t, b) for c, t, b, _ in _CASES]:
+            if answers == [rule(list(c), t, b) for c, t, b in cases]:
                 return failed(advice)
         k = next(i for i, (a, w) in enumerate(zip(answers, wanted, strict=True)) if a != w)
-        clocks, trainer, bound, want = _CASES[k]
+        clocks, trainer, bound = cases[k]
+        wrong = sum(a != w for a, w in zip(answers, wanted, strict=True))
         return failed(
-            f"allows({list(clocks)}, trainer={trainer}, bound={bound}) returned {answers[k]}, "
-            f"expected {want}: a trainer may go on while clocks[trainer] - min(clocks) <= bound"
+            f"{wrong} of {len(cases)} cases differ, for example clocks={clocks}, "
+            f"trainer={trainer}, bound={bound}: you return {answers[k]}, expected {wanted[k]} "
+            f"(trainer {trainer} has pushed {clocks[trainer]}, the slowest {min(clocks)})"
         )
     attempts = [0, 0, 0, 0, 1, 2, 1, 2, 1, 2]
     order, waiting = simulate_ssp(attempts, 3, 1, lambda c, t, b: bool(allows(c, t, b)))
-    from hpclab.sgd.staleness import ssp_allows
-
     want_order, want_waiting = simulate_ssp(attempts, 3, 1, ssp_allows)
     if (order, waiting) != (want_order, want_waiting):
         return failed(f"on the scripted schedule your rule pushes {order}, expected {want_order}")
     return passed(
-        f"all {len(_CASES)} cases and the scripted schedule agree (bound=1 order {order})."
+        f"all {len(cases)} cases (2-4 trainers, bounds 0-2) and the scripted schedule agree "
+        f"(bound=1 order {order})."
     )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpclab.check import CheckResult, as_number, failed, near, passed
+from hpclab.check import CheckResult, as_number, exercise_check, failed, near, passed
 
 
+@exercise_check
 def peak(value_gflops: Any, info: dict[str, Any] | None = None) -> CheckResult:
     """Compare a student's fp32 peak (GFLOP/s) with ``system_info()`` and explain a mismatch."""
     if info is None:
@@ -28,32 +29,45 @@ def peak(value_gflops: Any, info: dict[str, Any] | None = None) -> CheckResult:
     ratio = value / expected
     if near(ratio, 1.0, 0.01):
         return passed("your fp32 peak matches system_info() within 1%.")
-    hints = []
-    if nominal and not near(nominal / clock, 1.0, 0.03) and near(ratio, nominal / clock):
-        hints.append(
-            f"you used the nominal clock ({nominal:.2f} GHz, what lscpu/cpuinfo label the CPU "
-            f"with); cores run at the measured {clock:.2f} GHz, and a peak from the label makes "
-            "real kernels look faster than possible"
+    # Each explanation is the factor it would make; when two give the same factor (on 2 cores,
+    # "one core" and "an FMA counted once" both halve the peak) both are named as possible.
+    causes: list[tuple[float, str]] = []
+    if nominal and not near(nominal / clock, 1.0, 0.03):
+        causes.append(
+            (
+                nominal / clock,
+                f"you used the nominal clock ({nominal:.2f} GHz, what lscpu/cpuinfo label the CPU "
+                f"with); cores run at the measured {clock:.2f} GHz, and a peak from the label "
+                "makes real kernels look faster than possible",
+            )
         )
-    if node != cores and near(ratio, node / cores):
-        hints.append(
-            f"you counted all {node} cores of the node; your allocation can use {cores} "
-            "(affinity, cgroup, SLURM_CPUS_PER_TASK)"
+    if node != cores:
+        causes.append(
+            (
+                node / cores,
+                f"you counted all {node} cores of the node; your allocation can use {cores} "
+                "(affinity, cgroup, SLURM_CPUS_PER_TASK)",
+            )
         )
-    if near(ratio, 0.5):
-        hints.append("an FMA (fused multiply-add) is 2 FLOPs: multiply the FMA lanes by 2")
-    if near(ratio, 2.0):
-        hints.append("you counted 2x too many FLOPs: did you double the FMA lanes twice?")
-    if near(ratio, 1.0 / cores) and cores > 1:
-        hints.append(f"that is the peak of one core; multiply by the {cores} usable cores")
+    causes.append((0.5, "an FMA (fused multiply-add) is 2 FLOPs: count each FMA lane twice"))
+    causes.append((2.0, "you counted 2x too many FLOPs: did you double the FMA lanes twice?"))
+    if cores > 1:
+        causes.append((1.0 / cores, f"that is the peak of one core; there are {cores} usable"))
     for scale, unit in ((1e3, "MFLOP/s"), (1e9, "FLOP/s"), (1e-3, "TFLOP/s")):
-        if near(ratio, scale):
-            hints.append(f"the answer is in GFLOP/s; yours looks like {unit}")
+        causes.append((scale, f"the answer is in GFLOP/s; yours looks like {unit}"))
+    hints = [text for factor, text in causes if near(ratio, factor)]
+    if len(hints) > 1:
+        hints = [
+            "it is "
+            + f"{ratio:.2f}x the expected value, which fits more than one slip: either "
+            + "; or ".join(hints)
+        ]
     if not hints:
         hints.append(f"it is {ratio:.2f}x the expected value")
     return failed("; ".join(hints) + f". Expected: {formula}.")
 
 
+@exercise_check
 def fraction_of_peak(
     value: Any, measured_gflops: float, info: dict[str, Any] | None = None
 ) -> CheckResult:

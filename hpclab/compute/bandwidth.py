@@ -26,6 +26,7 @@ import torch
 
 from hpclab.compute import device as dev
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure, plural
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 
@@ -158,6 +159,7 @@ def reference_records(names: tuple[str, ...] = REFERENCE_GPUS) -> list[dict[str,
     return out
 
 
+@figure
 def plot_bandwidth(result: Result):
     """Bars of GB/s per kernel and device (log scale), datasheet GPU bandwidths beside them."""
     import plotly.graph_objects as go
@@ -166,7 +168,7 @@ def plot_bandwidth(result: Result):
     live = [r for r in result.records if r.get("tier") == "live"]
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in live:
-        label = r["device"] + (f", {r['threads']} thr" if r["threads"] else "")
+        label = r["device"] + (", " + plural(r["threads"], "thread") if r["threads"] else "")
         groups.setdefault(label, []).append(r)
     for label, rows in groups.items():
         fig.add_bar(

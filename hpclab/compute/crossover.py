@@ -28,6 +28,7 @@ import torch
 from hpclab.compute import device as dev
 from hpclab.compute.timers import naive_time
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure, series_color
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 
@@ -231,6 +232,7 @@ def _measured_crossover(points: list[dict[str, Any]], op: str, device: str) -> i
     return best
 
 
+@figure
 def plot_crossover(result: Result):
     """Time per call vs size, one panel per op; dotted lines are the fitted model."""
     from plotly.subplots import make_subplots
@@ -239,11 +241,10 @@ def plot_crossover(result: Result):
     fig = make_subplots(
         rows=1, cols=len(ops), subplot_titles=[f"{op}: time per call" for op in ops]
     )
-    colors: dict[str, str] = {}
     for col, op in enumerate(ops, start=1):
         pts = [r for r in result.records if r["op"] == op and r["kind"] == "point"]
         for device in dict.fromkeys(p["device"] for p in pts):
-            color = colors.setdefault(device, ["#1f77b4", "#d62728", "#2ca02c"][len(colors) % 3])
+            color = series_color(device)
             rows = sorted((p for p in pts if p["device"] == device), key=lambda p: p["size"])
             fig.add_scatter(
                 x=[p["size"] for p in rows],
@@ -267,15 +268,38 @@ def plot_crossover(result: Result):
                     row=1,
                     col=col,
                 )
+        sizes = [p["size"] for p in pts]
+        lo, hi = min(sizes), max(sizes)
         for c in result.records:
-            if c["kind"] == "crossover" and c["op"] == op and math.isfinite(c["predicted_size"]):
+            if c["kind"] != "crossover" or c["op"] != op:
+                continue
+            at = c["predicted_size"]
+            if math.isfinite(at) and lo <= at <= hi:
                 fig.add_vline(
-                    x=max(c["predicted_size"], 1),
+                    x=max(at, 1),
                     line_dash="dot",
                     row=1,
                     col=col,
-                    annotation_text=f"crossover ~{c['predicted_size']:.0f}",
+                    annotation_text=f"crossover ~{at:.0f}",
                 )
+            else:  # the model's crossover lies outside the data: say so, keep the axis on the data
+                if not math.isfinite(at):
+                    text = f"{c['device']}: never faster than the CPU here (no crossover)"
+                else:
+                    side = "below" if at < lo else "beyond"
+                    text = f"{c['device']}: crossover ~{at:.3g}, {side} the sizes measured"
+                fig.add_annotation(
+                    text=text,
+                    xref="x domain" if col == 1 else f"x{col} domain",
+                    yref="y domain" if col == 1 else f"y{col} domain",
+                    x=0.02,
+                    y=0.98,
+                    showarrow=False,
+                    xanchor="left",
+                    font={"size": 11},
+                )
+        # the axis spans the measured sizes (never a model line drawn to absurd n)
+        fig.update_xaxes(range=[math.log10(lo) - 0.1, math.log10(hi) + 0.1], row=1, col=col)
         unit = "n (n x n x n)" if op == "matmul" else "elements"
         fig.update_xaxes(type="log", title_text=unit, row=1, col=col)
         fig.update_yaxes(type="log", title_text="seconds", row=1, col=col)

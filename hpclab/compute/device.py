@@ -2,10 +2,10 @@
 
 Every chapter-01 run goes through these helpers so that the same rules hold everywhere:
 
-- ``resolve_devices("all")`` is the CPU plus every visible GPU; ``"cuda"`` is GPU 0.
-- ``torch_threads(n)`` sets the CPU thread count for one run and restores it afterwards. It is
-  called *inside* the run: a widget runs in a background thread, and the thread count of the
-  OpenMP pool is a per-thread setting.
+- ``resolve_devices("all")`` is the CPU plus every visible GPU; ``"cuda"`` is GPU 0, decided
+  (and refused when there is none) by :func:`hpclab.dist.place`, like every experiment's device.
+- ``torch_threads(n)`` (:mod:`hpclab.dist.placement`, the library's one thread setter) sets the
+  CPU thread count for one run and restores it afterwards; it is called *inside* the run.
 - ``ensure_fits(nbytes, device)`` refuses a size before anything is allocated, naming the size
   asked and the memory available (psutil on the host, ``torch.cuda.mem_get_info`` on a GPU).
 - ``peak_gflops(device, dtype, threads)`` is the theoretical peak with its source: on the CPU
@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from hpclab.config import ConfigError
+from hpclab.dist.placement import gpu_count, place, torch_threads  # noqa: F401 - used as dev.*
 
 GIB = 2**30
 # Names the course uses for dtypes; "tf32" is fp32 storage with TensorFloat-32 tensor-core math.
@@ -44,29 +45,15 @@ def canonical_dtype(name: str) -> str:
     return ALIASES.get(name, name)
 
 
-def gpu_count() -> int:
-    """Visible GPUs (NVML-based count: does not initialise CUDA)."""
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
 def resolve_devices(device: str) -> list[str]:
-    """``cpu`` -> ["cpu"]; ``cuda`` -> ["cuda:0"]; ``all`` -> cpu and every GPU.
-
-    Asking for ``cuda`` with no GPU raises a one-line ConfigError.
-    """
-    if device == "cpu":
-        return ["cpu"]
-    n = gpu_count()
+    """``all`` -> the CPU and every visible GPU (chapter 01 compares them side by side);
+    ``cpu`` or ``cuda`` -> the one device :func:`hpclab.dist.place` gives one process (GPU 0),
+    or its one-line refusal when no GPU is visible."""
     if device == "all":
-        return ["cpu"] + [f"cuda:{i}" for i in range(n)]
-    if device.startswith("cuda"):
-        if n == 0:
-            raise ConfigError(f"device={device!r}: no GPU is visible here; allowed: cpu, all")
-        index = int(device.split(":")[1]) if ":" in device else 0
-        if index >= n:
-            raise ConfigError(f"device={device!r}: only {n} GPU(s) visible (cuda:0..{n - 1})")
-        return [f"cuda:{index}"]
-    raise ConfigError(f"device={device!r} is not allowed; allowed: {', '.join(DEVICE_CHOICES)}")
+        return ["cpu"] + [f"cuda:{i}" for i in range(gpu_count())]
+    if device not in DEVICE_CHOICES:
+        raise ConfigError(f"device={device!r} is not allowed; allowed: {', '.join(DEVICE_CHOICES)}")
+    return [place(1, device).devices[0]]
 
 
 def device_name(device: str) -> str:
@@ -92,20 +79,6 @@ def unsupported(device: str, dtype: str) -> str | None:
     if dtype == "bf16" and not torch.cuda.is_bf16_supported():
         return f"bf16 is not supported on {device} (capability {major}.x)"
     return None
-
-
-@contextlib.contextmanager
-def torch_threads(n: int) -> Iterator[int]:
-    """Run a block with ``n`` CPU threads (0 = all usable cores); restores the old count."""
-    from hpclab.measure.sysinfo import system_info
-
-    old = torch.get_num_threads()
-    n = n or system_info()["cores_usable"]
-    torch.set_num_threads(n)
-    try:
-        yield n
-    finally:
-        torch.set_num_threads(old)
 
 
 @contextlib.contextmanager

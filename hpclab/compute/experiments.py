@@ -57,7 +57,7 @@ EXPERIMENTS = [
     Experiment(
         "train-throughput",
         "01",
-        "training samples/s vs batch size and CPU threads (seed 001's tables beside)",
+        "training samples/s vs batch size and CPU threads (Guan 2019's tables beside)",
         ThroughputConfig,
         run_throughput,
         plot_throughput,

@@ -88,7 +88,7 @@ def conv2d(
 
 
 # AlexNet's second convolution (Krizhevsky et al. 2012; Caffe's bvlc_alexnet): 96 -> 256
-# channels, 5x5 kernel, padding 2, two groups, on 27x27 maps. Seed 000's "AlexNet layer 2".
+# channels, 5x5 kernel, padding 2, two groups, on 27x27 maps. Mao 2015's "AlexNet layer 2".
 ALEXNET_CONV2 = {"c_in": 96, "h": 27, "w": 27, "c_out": 256, "kernel": 5, "padding": 2, "groups": 2}
 
 

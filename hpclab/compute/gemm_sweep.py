@@ -16,6 +16,7 @@ from typing import Any
 
 from hpclab.compute import device as dev
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure, plural, series_color
 from hpclab.progress import Progress
 from hpclab.results import Result, load_reference, make_result
 
@@ -99,7 +100,9 @@ def run_gemm(config: GemmConfig, progress: Progress) -> Result:
         with dev.torch_threads(threads if device == "cpu" else 0) as used:
             peak, source = dev.peak_gflops(device, dtype, used if device == "cpu" else None)
             for m, n, k in shapes:
-                progress.update(done, total, f"{dtype} {m}x{n}x{k} on {device}, {used} threads")
+                progress.update(
+                    done, total, f"{dtype} {m}x{n}x{k} on {device}, {plural(used, 'thread')}"
+                )
                 t = time_matmul(m, n, k, dtype, device, repeat=config.repeat)
                 records.append(
                     {
@@ -162,10 +165,11 @@ def reference_records() -> list[dict[str, Any]]:
 
 def _series_name(r: dict[str, Any]) -> str:
     if r["device"] == "cpu":
-        return f"cpu {r['dtype']} {r['threads']} thr"
+        return f"cpu {r['dtype']}, {plural(r['threads'], 'thread')}"
     return f"{r['device']} {r['dtype']}"
 
 
+@figure
 def plot_gemm(result: Result):
     """Left: GFLOP/s vs size with each series' peak dashed. Right: best fraction of peak,
     live beside the reference GPUs."""
@@ -174,21 +178,23 @@ def plot_gemm(result: Result):
     fig = make_subplots(
         rows=1,
         cols=2,
-        column_widths=[0.62, 0.38],
+        column_widths=[0.55, 0.45],
+        horizontal_spacing=0.2,
         subplot_titles=("GEMM throughput (log scale)", "best fraction of peak"),
     )
     live = [r for r in result.records if r.get("tier") == "live" and r["kind"] == "square"]
     series: dict[str, list[dict[str, Any]]] = {}
     for r in live:
         series.setdefault(_series_name(r), []).append(r)
-    for i, (name, rows) in enumerate(series.items()):
+    for _i, (name, rows) in enumerate(series.items()):
         rows = sorted(rows, key=lambda r: r["size"])
-        color = f"hsl({(i * 67) % 360},65%,45%)"
+        color = series_color(name)
         fig.add_scatter(
             x=[r["size"] for r in rows],
             y=[r["gflops"] for r in rows],
             mode="lines+markers",
             name=name,
+            legendgroup=name,
             line={"color": color},
             row=1,
             col=1,
@@ -200,6 +206,7 @@ def plot_gemm(result: Result):
                 mode="lines",
                 line={"color": color, "dash": "dash"},
                 name=f"{name} peak",
+                legendgroup=name,
                 hovertext=rows[0]["peak_source"],
                 showlegend=False,
                 row=1,
@@ -212,9 +219,10 @@ def plot_gemm(result: Result):
         label = _series_name(r) if r.get("tier") == "live" else f"{r['device']} bf16 (ref)"
         if label not in bars or r["peak_fraction"] > bars[label]["peak_fraction"]:
             bars[label] = r
-    fig.add_bar(
-        x=list(bars),
-        y=[100 * r["peak_fraction"] for r in bars.values()],
+    fig.add_bar(  # horizontal: long series names stay readable
+        y=list(bars),
+        x=[100 * r["peak_fraction"] for r in bars.values()],
+        orientation="h",
         marker={"color": ["#1f77b4" if r.get("tier") == "live" else "#aaa" for r in bars.values()]},
         hovertext=[r.get("peak_source") or r.get("source") for r in bars.values()],
         name="% of peak (grey: reference)",
@@ -223,6 +231,7 @@ def plot_gemm(result: Result):
     )
     fig.update_xaxes(title_text="n (n x n x n GEMM)", type="log", row=1, col=1)
     fig.update_yaxes(title_text="GFLOP/s", type="log", row=1, col=1)
-    fig.update_yaxes(title_text="% of theoretical peak", range=[0, 105], row=1, col=2)
+    fig.update_xaxes(title_text="% of theoretical peak", range=[0, 105], row=1, col=2)
+    fig.update_yaxes(automargin=True, row=1, col=2)
     fig.update_layout(height=440, legend={"orientation": "h", "y": -0.25})
     return fig

@@ -1,17 +1,17 @@
 """Experiment ``ops`` (chapter 01): random numbers, FFT, convolution and pooling, CPU vs GPU.
 
-Seed 000 lists the kernels deep learning of its day leaned on (RNG for RBMs, GEMM, FFT and
+Mao 2015 lists the kernels deep learning of its day leaned on (RNG for RBMs, GEMM, FFT and
 cuDNN convolutions for CNNs) and NVIDIA's speed-ups over MKL for each. This experiment times
 the same kinds of kernels with torch on every device here:
 
 - ``rng``: ``torch.randn`` and ``torch.rand`` into an existing fp32 buffer (samples/s);
 - ``fft``: a batch of complex64 1-D FFTs of length 4096 (GFLOP/s by the 5 N log2 N convention);
 - ``conv``: AlexNet's second convolution, forward (GFLOP/s), on a GPU with
-  ``torch.backends.cudnn.benchmark`` off and on (seed 004's speed tips: let cuDNN try its
+  ``torch.backends.cudnn.benchmark`` off and on (Nakayama 2017's speed tips: let cuDNN try its
   algorithms once, then reuse the fastest);
 - ``pool``: the 3x3, stride-2 max-pooling that follows it (GB/s: it only moves data).
 
-With both a CPU and a GPU, each GPU record carries ``speedup_vs_cpu``. The seed's own
+With both a CPU and a GPU, each GPU record carries ``speedup_vs_cpu``. Mao 2015's
 speed-ups come along as reference rows.
 """
 
@@ -25,6 +25,7 @@ import torch
 from hpclab.compute import device as dev
 from hpclab.compute import flops as F
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, load_reference, make_result
 
@@ -42,7 +43,7 @@ class OpsConfig(Config):
     batch: int = param(32, min=1, max=4096, quick=2, help="images in the AlexNet conv2 batch")
     threads: int = param(0, min=0, max=1024, help="CPU threads (0 = usable cores)")
     repeat: int = param(5, min=1, max=1000, quick=3, help="timed repeats per kernel")
-    references: bool = param(True, help="add seed 000's GPU-vs-MKL speed-ups as reference rows")
+    references: bool = param(True, help="add Mao 2015's GPU-vs-MKL speed-ups as reference rows")
 
     def check(self) -> None:
         if not self.ops:
@@ -188,13 +189,14 @@ def _speedups(records: list[dict[str, Any]]) -> None:
 
 
 def reference_records() -> list[dict[str, Any]]:
-    rows = load_reference("seed000_gpu_vs_mkl").records
+    rows = load_reference("mao2015_gpu_vs_mkl").records
     return [{**r, "device": r["gpu"], "speedup_vs_cpu": r["speedup"]} for r in rows]
 
 
+@figure
 def plot_ops(result: Result):
     """Left: seconds per call per kernel and device (log). Right: GPU/CPU speed-ups, live
-    ones beside seed 000's."""
+    ones beside Mao 2015's."""
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=1, cols=2, subplot_titles=("time per call", "GPU speed-up over CPU"))
@@ -210,11 +212,11 @@ def plot_ops(result: Result):
         )
     fast = [r for r in result.records if r.get("speedup_vs_cpu")]
     fig.add_bar(
-        x=[f"{r['op']} ({'live' if r.get('tier') == 'live' else 'seed 000'})" for r in fast],
+        x=[f"{r['op']} ({'live' if r.get('tier') == 'live' else 'Mao 2015'})" for r in fast],
         y=[r["speedup_vs_cpu"] for r in fast],
         marker={"color": ["#1f77b4" if r.get("tier") == "live" else "#aaa" for r in fast]},
         hovertext=[r.get("what") or r["variant"] for r in fast],
-        name="speed-up (grey: reference, seed 000)",
+        name="speed-up (grey: reference, Mao 2015)",
         row=1,
         col=2,
     )

@@ -6,7 +6,12 @@ performance model for multicore architectures", CACM 52(4), 2009):
     attainable GFLOP/s = min(peak GFLOP/s, bandwidth GB/s x intensity FLOP/byte)
 
 The compute roof is the theoretical peak (model tier, derivation in ``source``); the memory
-roof is the measured STREAM triad bandwidth (live). The points are measured kernels placed at
+roof is the measured STREAM triad bandwidth (live), measured the way the points are: same
+threads, arrays as large as the add's, caches as cold, and sampled before *and* after the
+kernels; the roof is the best sample (STREAM reports its best rate too), the points their median.
+A point may still land above its roof for two honest reasons, and the plot then says which:
+its working set fits in the cache (the DRAM roof does not bind it), or the machine was busier
+while the roof was sampled than while the point ran. The points are measured kernels placed at
 their intensity (:mod:`hpclab.compute.flops`): GEMMs of several sizes (intensity grows with n),
 an elementwise add and a softmax (fixed, tiny intensity: memory-bound on every machine), and
 AlexNet's second convolution (compute-bound). A reference GPU's roofs come from its datasheet,
@@ -17,6 +22,7 @@ not of the machine).
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +31,7 @@ import torch
 from hpclab.compute import device as dev
 from hpclab.compute import flops as F
 from hpclab.config import Config, param
+from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 
@@ -40,7 +47,10 @@ class RooflineConfig(Config):
         (32, 128, 512, 2048), min=8, max=32768, quick=(32, 128, 512), help="n of n^3 GEMMs"
     )
     elements: int = param(
-        16 * 2**20, min=2**10, max=2**32, help="elements of the add and the softmax (>> cache)"
+        16 * 2**20,
+        min=2**10,
+        max=2**32,
+        help="elements of the add, the softmax and the roof's STREAM arrays (at least 16 Mi)",
     )
     conv_batch: int = param(16, min=1, max=1024, quick=2, help="batch of the AlexNet conv2 layer")
     repeat: int = param(5, min=1, max=1000, quick=3, help="timed repeats per kernel")
@@ -67,6 +77,12 @@ def _time_softmax(rows: int, tdt: torch.dtype, device: str, repeat: int):
     return _time(lambda: torch.ops.aten._softmax.out(x, -1, False, out=y), device, repeat)
 
 
+def stream_elements(config: RooflineConfig) -> int:
+    """Elements of the add, the softmax and the roof's STREAM arrays: one size for all three,
+    at least 3 x 64 MiB (beyond any CPU's cache), so the three see the same memory."""
+    return max(config.elements, 16 * 2**20)
+
+
 def measure_points(config: RooflineConfig, device: str, progress: Progress) -> list[dict]:
     """Time every kernel of the roofline on ``device``; returns one live record per kernel."""
     from hpclab.compute.gemm import time_matmul
@@ -83,6 +99,7 @@ def measure_points(config: RooflineConfig, device: str, progress: Progress) -> l
                 "op": op,
                 "label": work.name,
                 "intensity": work.intensity,
+                "working_set_bytes": work.bytes,
                 "gflops": work.flops / seconds / 1e9,
                 "formula": work.formula,
                 **timing.summary(),
@@ -94,7 +111,7 @@ def measure_points(config: RooflineConfig, device: str, progress: Progress) -> l
         t = time_matmul(n, n, n, config.dtype, device, repeat=config.repeat)
         record(F.gemm(n, n, n, s), "gemm", t.timing.median_s, t.timing)
 
-    n = config.elements
+    n = stream_elements(config)
     dev.ensure_fits(3 * n * s, device, f"three {n}-element arrays")
     progress.update(steps - 2, steps + 1, "elementwise add")
     t = _time_add(n, tdt, device, config.repeat)
@@ -131,34 +148,80 @@ def run_roofline(config: RooflineConfig, progress: Progress) -> Result:
         raise ConfigError(f"dtype={config.dtype!r} on {device}: {why}")
     records: list[dict[str, Any]] = []
     with dev.torch_threads(config.threads if device == "cpu" else 0) as used:
-        progress.update(0, 1, "STREAM triad")
-        n = max(config.elements, 16 * 2**20)  # at least 3 x 64 MiB: beyond any CPU's cache
-        bw = measure_stream("triad", n, device, repeat=config.repeat)
-        peak, source = dev.peak_gflops(device, config.dtype, used if device == "cpu" else None)
-        records.append(
-            {"kind": "roof", "roof": "memory", "gbps": bw["gbps"], "source": "STREAM triad"}
-        )
-        records.append(
-            {
-                "tier": "model",
-                "kind": "roof",
-                "roof": "compute",
-                "peak_gflops": peak,
-                "source": source,
-            }
-        )
+        n = stream_elements(config)  # the add's and the softmax's size too
+        progress.update(0, 1, "STREAM triad (before the kernels)")
+        before = measure_stream("triad", n, device, repeat=config.repeat)
         points = measure_points(config, device, progress)
+        progress.update(1, 1, "STREAM triad (after the kernels)")
+        after = measure_stream("triad", n, device, repeat=config.repeat)
+        peak, source = dev.peak_gflops(device, config.dtype, used if device == "cpu" else None)
+    gbps = max(before["gbps_best"], after["gbps_best"])
+    records.append(
+        {
+            "kind": "roof",
+            "roof": "memory",
+            "gbps": gbps,
+            "gbps_median": min(before["gbps"], after["gbps"]),
+            "elements": n,
+            "source": f"STREAM triad, {n * 4 >> 20} MiB arrays, best sample before and "
+            "after the kernels",
+        }
+    )
+    records.append(
+        {"tier": "model", "kind": "roof", "roof": "compute", "peak_gflops": peak, "source": source}
+    )
+    cache = last_level_cache_bytes() if device == "cpu" else None
     for p in points:
         if peak:
-            p["attainable_gflops"] = F.attainable_gflops(p["intensity"], peak, bw["gbps"])
+            p["attainable_gflops"] = F.attainable_gflops(p["intensity"], peak, gbps)
             p["roof_fraction"] = p["gflops"] / p["attainable_gflops"]
-            p["bound"] = F.bound(p["intensity"], peak, bw["gbps"])
+            p["bound"] = F.bound(p["intensity"], peak, gbps)
+            p["note"] = above_roof_note(p, cache)
         records.append({"device": device, "threads": used if device == "cpu" else None, **p})
     for r in records[:2]:
         r["device"] = device
     if config.reference_gpu != "none" and device == "cpu":
         records += reference_gpu_records(config.reference_gpu, config.dtype, points)
     return make_result("roofline", config, records)
+
+
+ABOVE_ROOF_TOLERANCE = 1.05  # timing spread: 5 % above the roof is still "on" it
+
+
+def last_level_cache_bytes() -> int | None:
+    """Size of the largest CPU cache (Linux sysfs), or None where it cannot be read."""
+    import glob
+
+    sizes = []
+    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+        try:
+            text = open(path).read().strip().upper()
+        except OSError:
+            continue
+        mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        try:
+            sizes.append(int(text.rstrip("KMG")) * mult)
+        except ValueError:
+            continue
+    return max(sizes) if sizes else None
+
+
+def above_roof_note(point: dict[str, Any], cache_bytes: int | None) -> str:
+    """Why a measured point lies above its roof ("" when it does not)."""
+    attainable = point.get("attainable_gflops")
+    if not attainable or point["gflops"] <= ABOVE_ROOF_TOLERANCE * attainable:
+        return ""
+    over = point["gflops"] / attainable
+    ws = point.get("working_set_bytes") or 0
+    if cache_bytes and ws and ws <= cache_bytes:
+        return (
+            f"{over:.1f}x its roof: its {ws / 2**20:.2g} MiB fit in the {cache_bytes >> 20} MiB "
+            "cache, so the DRAM roof does not bind it"
+        )
+    return (
+        f"{over:.1f}x its roof: the machine was busier while the roof was measured "
+        "than while this kernel ran (shared cores or memory bus); run again on a quiet machine"
+    )
 
 
 def reference_gpu_records(name: str, dtype: str, points: list[dict]) -> list[dict[str, Any]]:
@@ -215,6 +278,7 @@ def roofs(result: Result) -> dict[str, tuple[float, float]]:
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
+@figure
 def plot_roofline(result: Result):
     """Log-log roofline: each device's two roofs, measured points, modelled reference points."""
     import plotly.graph_objects as go
@@ -233,6 +297,7 @@ def plot_roofline(result: Result):
         )
     for tier, symbol in (("live", "circle"), ("model", "circle-open")):
         pts = [r for r in result.records if r.get("kind") == "point" and r.get("tier") == tier]
+        pts = [r for r in pts if not r.get("note")]
         if not pts:
             continue
         fig.add_scatter(
@@ -245,6 +310,29 @@ def plot_roofline(result: Result):
             hovertext=[f"{r['label']}: {r.get('formula', '')}" for r in pts],
             name="measured" if tier == "live" else "same kernels on the reference GPU (model)",
         )
+    above = [r for r in result.records if r.get("kind") == "point" and r.get("note")]
+    if above:  # never a point above its roof without the reason next to it
+        fig.add_scatter(
+            x=[r["intensity"] for r in above],
+            y=[r["gflops"] for r in above],
+            mode="markers",
+            marker={"size": 12, "symbol": "x", "color": "#d62728"},
+            hovertext=[f"{r['label']}: {r['note']}" for r in above],
+            name="measured above its roof (reason on the plot)",
+        )
+        for r in above:
+            fig.add_annotation(
+                x=math.log10(r["intensity"]),
+                y=math.log10(r["gflops"]),
+                text="<br>".join(textwrap.wrap(f"{r['op']}: {r['note']}", 48)),
+                showarrow=True,
+                arrowhead=2,
+                ax=40,
+                ay=-40,
+                align="left",
+                font={"size": 11, "color": "#d62728"},
+                bgcolor="rgba(255,255,255,0.85)",
+            )
     fig.update_layout(
         title="Roofline: attainable = min(peak, bandwidth x FLOP/byte)",
         xaxis={"type": "log", "title": "arithmetic intensity (FLOP / byte)"},

@@ -4,7 +4,7 @@ The model, data and step are chapter-shared (:mod:`hpclab.train`): an MLP or a s
 scikit-learn's digits or generated MNIST-like images, one SGD step = forward, loss, backward,
 update, and a host sync to read the loss (as every training loop that logs its loss does).
 
-Seed 001 timed a ~3M-parameter MNIST network in TensorFlow for 20000 steps on 1..32 CPU cores
+Guan 2019 timed a ~3M-parameter MNIST network in TensorFlow for 20000 steps on 1..32 CPU cores
 and on one P100/V100; its tables are bundled (``reference`` tier) and plotted beside ours as
 speed-up over one thread, since the absolute rates belong to another model and another decade.
 Small batches leave threads (and GPUs) idle: per step there is too little work to share.
@@ -20,13 +20,15 @@ import torch
 
 from hpclab.compute import device as dev
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure, plural
 from hpclab.progress import Progress
 from hpclab.results import Result, load_reference, make_result
+from hpclab.train import MODELS
 
 
 @dataclass(frozen=True)
 class ThroughputConfig(Config):
-    model: str = param("large", choices=("tiny", "large", "cnn"), help="hpclab.train model")
+    model: str = param("large", choices=tuple(MODELS), help="hpclab.train model")
     data: str = param(
         "synthetic", choices=("digits", "synthetic"), help="8x8 digits or 28x28 MNIST-like"
     )
@@ -39,7 +41,7 @@ class ThroughputConfig(Config):
     device: str = param("cpu", choices=dev.DEVICE_CHOICES, help="cpu, cuda (GPU 0) or all")
     steps: int = param(20, min=1, max=100000, quick=5, help="timed steps per point")
     lr: float = param(0.05, min=1e-6, max=10.0, help="SGD learning rate")
-    references: bool = param(True, help="add seed 001's CPU-thread and GPU tables")
+    references: bool = param(True, help="add Guan 2019's CPU-thread and GPU tables")
 
     def check(self) -> None:
         if not self.batch_size:
@@ -133,9 +135,9 @@ def run_throughput(config: ThroughputConfig, progress: Progress) -> Result:
 
 
 def reference_records() -> list[dict[str, Any]]:
-    """Seed 001's tables with ``seconds`` per step and ``samples_per_s`` derived from them."""
+    """Guan 2019's tables with ``seconds`` per step and ``samples_per_s`` derived from them."""
     out = []
-    for name in ("seed001_cpu_threads", "seed001_gpu_single"):
+    for name in ("guan2019_cpu_threads", "guan2019_gpu_single"):
         for r in load_reference(name).records:
             per_step = r["total_seconds"] / r["iterations"]
             out.append({**r, "seconds": per_step, "samples_per_s": r["batch_size"] / per_step})
@@ -153,21 +155,22 @@ def speedups(records: list[dict[str, Any]], tier: str) -> list[dict[str, Any]]:
     ]
 
 
+@figure
 def plot_throughput(result: Result):
-    """Left: samples/s vs batch size. Right: speed-up over 1 thread, ours and seed 001's."""
+    """Left: samples/s vs batch size. Right: speed-up over 1 thread, ours and Guan 2019's."""
     from plotly.subplots import make_subplots
 
     fig = make_subplots(
         rows=1,
         cols=2,
-        subplot_titles=("training throughput (live)", "speed-up over 1 thread: ours vs seed 001"),
+        subplot_titles=("training throughput (live)", "speed-up over 1 thread: ours vs Guan 2019"),
     )
     live = [r for r in result.records if r.get("tier") == "live"]
     for key in dict.fromkeys((r["device"], r["threads"]) for r in live):
         rows = sorted(
             (r for r in live if (r["device"], r["threads"]) == key), key=lambda r: r["batch_size"]
         )
-        name = key[0] + (f", {key[1]} threads" if key[1] else "")
+        name = key[0] + (", " + plural(key[1], "thread") if key[1] else "")
         fig.add_scatter(
             x=[r["batch_size"] for r in rows],
             y=[r["samples_per_s"] for r in rows],
@@ -176,7 +179,7 @@ def plot_throughput(result: Result):
             row=1,
             col=1,
         )
-    for tier, dash, label in (("live", "solid", "ours"), ("reference", "dot", "seed 001")):
+    for tier, dash, label in (("live", "solid", "ours"), ("reference", "dot", "Guan 2019")):
         rows = speedups(result.records, tier)
         for batch in sorted({r["batch_size"] for r in rows}):
             pts = sorted((r for r in rows if r["batch_size"] == batch), key=lambda r: r["threads"])

@@ -19,7 +19,9 @@ from typing import Any
 import torch
 
 from hpclab.config import Config, ConfigError, param
-from hpclab.dist import RankContext, launch
+from hpclab.display import readable
+from hpclab.dist import RankContext, launch, place
+from hpclab.dist.placement import DEVICES
 from hpclab.measure.timing import time_fn
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
@@ -60,7 +62,9 @@ class AllreduceConfig(Config):
         64 * 2**20, min=4, max=2**31, quick=16 * 2**20, log=True, help="largest message (bytes)"
     )
     repeat: int = param(10, min=3, max=1000, quick=5, help="timed samples per size")
-    device: str = param("auto", choices=("auto", "cpu", "cuda"), help="GPUs (NCCL) or CPU (gloo)")
+    device: str = param(
+        "auto", choices=DEVICES, help="auto: one GPU per rank (NCCL) if there are enough, else CPU"
+    )
 
     def check(self) -> None:
         if self.min_bytes > self.max_bytes:
@@ -117,7 +121,7 @@ def measure(
         progress=progress,
         deadline_s=600.0,
     )
-    backend = "nccl" if device == "cuda" else "gloo"
+    backend = place(ranks, device).backend
     records = []
     for j, nbytes in enumerate(sizes):
         t = max(o[j]["seconds"] for o in outs)  # a collective ends when its slowest rank does
@@ -162,9 +166,9 @@ def fit_records(records: list[dict[str, Any]], ranks: int, label: str) -> list[d
 
 
 def run_allreduce(config: AllreduceConfig, progress: Progress) -> Result:
-    from hpclab.ddp.ddp_experiment import comm_device
-
-    device = comm_device(config.ranks, config.device)
+    where = place(config.ranks, config.device)
+    progress.update(0, 1, where.note)
+    device = where.device
     sizes = message_sizes(config.min_bytes, config.max_bytes)
     records = measure(config.ranks, sizes, config.repeat, device, progress)
     if len(sizes) >= 2:
@@ -189,4 +193,4 @@ def table_at(result: Result, sizes_mb: tuple[float, ...] = (1, 16, 64)) -> Any:
         for r in result.records
         if r["tier"] == "live" and r["bytes"] in want
     ]
-    return pd.DataFrame(rows)
+    return readable(pd.DataFrame(rows))

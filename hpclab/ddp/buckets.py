@@ -1,6 +1,6 @@
 """Experiment ``ddp-buckets``: gradient bucket size vs step rate (chapter 06, tensor fusion).
 
-Horovod's "tensor fusion" (seed 001) and DDP's ``bucket_cap_mb`` are one idea: every
+Horovod's "tensor fusion" (Guan 2019) and DDP's ``bucket_cap_mb`` are one idea: every
 all-reduce pays a latency ``alpha`` however small it is, so many small gradient tensors are
 copied into a few big buckets and reduced together. One bucket per tensor pays ``alpha`` per
 tensor; one huge bucket cannot start until the whole backward pass is done (no overlap).
@@ -20,20 +20,13 @@ from typing import Any
 import torch
 
 from hpclab.config import Config, param
-from hpclab.ddp.worker import (
-    MODELS,
-    TrainSpec,
-    _bucket_count,
-    batches,
-    build_model,
-    dataset,
-    wrap,
-)
+from hpclab.ddp.worker import TrainSpec, _bucket_count, batches, dataset, wrap
+from hpclab.display import figure, plural
 from hpclab.dist import RankContext, launch
 from hpclab.measure.timing import time_fn
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
-from hpclab.train import train_step
+from hpclab.train import MODELS, make_model, train_step
 
 
 @dataclass(frozen=True)
@@ -45,7 +38,7 @@ class BucketConfig(Config):
         max=1024.0,
         help="bucket_cap_mb values (0: one bucket per parameter tensor)",
     )
-    model: str = param("deep", choices=MODELS, help="model (deep: many small tensors)")
+    model: str = param("deep", choices=tuple(MODELS), help="model (deep: many small tensors)")
     batch_size: int = param(32, min=1, max=4096, help="batch per rank")
     steps: int = param(10, min=2, max=1000, quick=4, help="timed steps per cap and round")
     rounds: int = param(3, min=1, max=20, quick=2, help="interleaved rounds over the caps")
@@ -57,9 +50,8 @@ def bucket_worker(
     stream = batches(ctx, spec, dataset(spec))
     nets = {}
     for cap in caps:  # one replica per cap, all starting from the same weights
-        net = wrap(
-            ctx, build_model(spec.model, spec.side * spec.side, spec.seed).to(ctx.device), cap
-        )
+        model = make_model(spec.model, spec.side * spec.side, seed=spec.seed)
+        net = wrap(ctx, model.to(ctx.device), cap)
         nets[cap] = (net, torch.optim.SGD(net.parameters(), lr=spec.lr))
     samples: dict[float, list[float]] = {cap: [] for cap in caps}
     total = rounds * len(caps)
@@ -95,9 +87,12 @@ def bucket_worker(
 
 
 def run_buckets(config: BucketConfig, progress: Progress) -> Result:
-    from hpclab.ddp.ddp_experiment import comm_device, preload
+    from hpclab.ddp.ddp_experiment import preload
+    from hpclab.dist import place
 
-    device = comm_device(config.ranks, "auto")
+    where = place(config.ranks)
+    device = where.device
+    progress.update(0, 1, where.note)
     preload()
     spec = replace(
         TrainSpec(),
@@ -131,6 +126,7 @@ def run_buckets(config: BucketConfig, progress: Progress) -> Result:
     return make_result("ddp-buckets", config, records)
 
 
+@figure
 def plot_buckets(result: Result):
     import plotly.graph_objects as go
 
@@ -141,7 +137,7 @@ def plot_buckets(result: Result):
         x=labels,
         y=[r["steps_per_s"] for r in rows],
         name="steps/s",
-        text=[f"{r['buckets']} all-reduce(s)/step" for r in rows],
+        text=[f"{plural(r['buckets'], 'all-reduce')}/step" for r in rows],
     )
     fig.update_layout(
         title="DDP bucket_cap_mb (tensor fusion): steps/s, all-reduces per step",

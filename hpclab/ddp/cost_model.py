@@ -36,8 +36,8 @@ LINKS: dict[str, Link] = {
     "pcie3": Link(15.75, 10.0, "PCI-SIG PCIe 3.0: 8 GT/s x 16 lanes, 128b/130b"),
     "pcie4": Link(31.5, 10.0, "PCI-SIG PCIe 4.0: 16 GT/s x 16 lanes, 128b/130b"),
     "pcie5": Link(63.0, 10.0, "PCI-SIG PCIe 5.0: 32 GT/s x 16 lanes, 128b/130b"),
-    "pcie-switch-seed000": Link(
-        6.0, 10.0, "seed 000 (SHARCNET, Monk topology): PCI-E switch ~6 GB/s"
+    "pcie-switch-mao2015": Link(
+        6.0, 10.0, "Mao 2015 (SHARCNET, Monk topology): PCI-E switch ~6 GB/s"
     ),
     "nvlink-v100": Link(
         150.0, 5.0, "NVIDIA V100 datasheet: NVLink 2, 300 GB/s total (both directions)"
@@ -46,7 +46,7 @@ LINKS: dict[str, Link] = {
     "nvlink-h100": Link(450.0, 5.0, "NVIDIA H100 SXM datasheet: NVLink 4, 900 GB/s total"),
     "ib-edr": Link(12.5, 2.0, "InfiniBand EDR 4x: 100 Gb/s"),
     "ib-hdr": Link(25.0, 2.0, "InfiniBand HDR 4x: 200 Gb/s"),
-    "ib-seed000": Link(5.0, 2.0, "seed 000 (SHARCNET, Monk): InfiniBand network ~5 GB/s"),
+    "ib-mao2015": Link(5.0, 2.0, "Mao 2015 (SHARCNET, Monk): InfiniBand network ~5 GB/s"),
     "eth-10g": Link(1.25, 30.0, "10 Gigabit Ethernet: 10 Gb/s"),
     "eth-25g": Link(3.125, 30.0, "25 Gigabit Ethernet: 25 Gb/s"),
 }
@@ -67,38 +67,38 @@ class Workload:
 
 
 WORKLOADS: dict[str, Workload] = {
-    # Seed 001: "~3 million trainable parameters"; Keras on one V100, batch 256, 20000 steps in
+    # Guan 2019: "~3 million trainable parameters"; Keras on one V100, batch 256, 20000 steps in
     # 128 s -> 6.4 ms/step. Floor = that step: a batch of 256 small images under-fills a V100,
-    # so splitting it does not make a GPU's share faster (the seed's own hypothesis).
-    "mnist-seed001": Workload(
+    # so splitting it does not make a GPU's share faster (the deck's own hypothesis).
+    "mnist-guan2019": Workload(
         3e6,
         256,
         6.4,
         6.4,
         "strong",
-        "seed001_mnist_multigpu",
-        "seed 001, Keras MNIST on V100 (128 s / 20000 steps)",
+        "guan2019_mnist_multigpu",
+        "Guan 2019, Keras MNIST on V100 (128 s / 20000 steps)",
     ),
-    # Seed 001: ResNet-50, "23 million trainable parameters", 345 img/s on 1 V100 at batch 128.
-    "resnet50-seed001": Workload(
+    # Guan 2019: ResNet-50, "23 million trainable parameters", 345 img/s on 1 V100 at batch 128.
+    "resnet50-guan2019": Workload(
         23e6,
         128,
         128 / 345 * 1e3,
         0.0,
         "strong",
-        "seed001_resnet50_v100",
-        "seed 001, ResNet-50 on V100, 345 img/s",
+        "guan2019_resnet50_v100",
+        "Guan 2019, ResNet-50 on V100, 345 img/s",
     ),
-    # Seed 001's Horovod table: batch 32 per GPU, 322.93 img/s on 2 GPUs -> 161.5 img/s per GPU
+    # Guan 2019's Horovod table: batch 32 per GPU, 322.93 img/s on 2 GPUs -> 161.5 img/s per GPU
     # (that run's communication is inside this compute figure: an approximation).
-    "horovod-resnet50-seed001": Workload(
+    "horovod-resnet50-guan2019": Workload(
         23e6,
         32,
         32 / (322.93 / 2) * 1e3,
         0.0,
         "weak",
-        "seed001_horovod_resnet50",
-        "seed 001, Horovod ResNet-50, 32 img per GPU",
+        "guan2019_horovod_resnet50",
+        "Guan 2019, Horovod ResNet-50, 32 img per GPU",
     ),
 }
 

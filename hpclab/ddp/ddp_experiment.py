@@ -22,8 +22,11 @@ from typing import Any
 
 from hpclab.config import Config, ConfigError, param
 from hpclab.ddp.worker import TrainSpec, ddp_worker
+from hpclab.display import plural
+from hpclab.dist.placement import DEVICES, place
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
+from hpclab.train import MODELS
 
 
 @dataclass(frozen=True)
@@ -32,13 +35,19 @@ class DDPConfig(Config):
     batch_size: int = param(
         64, min=1, max=65536, log=True, help="batch per rank (weak) or global batch (strong)"
     )
-    model: str = param("tiny", choices=("tiny", "large"), help="tiny MLP or one with >10x params")
+    model: str = param(
+        "tiny",
+        choices=tuple(MODELS),
+        help="hpclab.train model: tiny, large (>10x tiny), deep (many tensors), cnn",
+    )
     scaling: str = param("weak", choices=("weak", "strong"), help="keep per-rank or global batch")
     steps: int = param(30, min=1, max=10000, quick=8, help="timed steps")
     warmup: int = param(3, min=1, max=100, quick=2, help="untimed steps before timing")
     bucket_cap_mb: float = param(25.0, min=0.0, max=1024.0, help="DDP bucket size (0: per tensor)")
     micro_batches: int = param(1, min=1, max=64, help="gradient accumulation chunks per step")
-    device: str = param("auto", choices=("auto", "cpu", "cuda"), help="GPUs if enough, else CPU")
+    device: str = param(
+        "auto", choices=DEVICES, help="auto: one GPU per rank if there are enough, else CPU ranks"
+    )
     baseline: bool = param(True, help="also run one rank, for the efficiency")
     seed: int = param(0, min=0, max=2**31 - 1, help="data, shuffle and weight seed")
 
@@ -65,45 +74,6 @@ class DDPConfig(Config):
     @property
     def per_rank_batch(self) -> int:
         return self.batch_size if self.scaling == "weak" else self.batch_size // self.ranks
-
-
-def available(device: str = "auto") -> dict[str, Any]:
-    """What this allocation offers: GPUs (NVML count, CUDA untouched) and usable cores."""
-    import torch
-
-    from hpclab.measure.sysinfo import usable_cores
-
-    return {"gpus": torch.cuda.device_count(), "cores": usable_cores()[0]}
-
-
-def resolve_device(ranks: int, device: str) -> str:
-    """``cuda`` or ``cpu`` for ``ranks`` ranks, or a one-line ConfigError saying what exists."""
-    have = available()
-    gpus, cores = have["gpus"], have["cores"]
-    # With GPUs present, "auto" means GPUs: silently simulating on CPU would mislead.
-    if device == "cuda" or (device == "auto" and gpus > 0):
-        if gpus < ranks:
-            on_gpus = f"ranks 1..{gpus}, or " if gpus else ""
-            raise ConfigError(
-                f"ranks={ranks} needs {ranks} GPUs but this allocation has {gpus}; allowed: "
-                f"{on_gpus}device=cpu to simulate the ranks as CPU processes (gloo)"
-            )
-        return "cuda"
-    if ranks > cores:
-        raise ConfigError(
-            f"ranks={ranks} exceeds this allocation ({gpus} GPU(s), {cores} usable core(s)); "
-            f"allowed: 1..{cores} CPU ranks (they stand in for GPUs, >= 1 core each)"
-        )
-    return "cpu"
-
-
-def comm_device(ranks: int, device: str) -> str:
-    """Device for communication benchmarks: GPUs when each rank can own one, else CPU ranks,
-    even more of them than cores (correct, only slower: the timings then say so)."""
-    gpus = available()["gpus"]
-    if device == "cuda" or (device == "auto" and gpus >= ranks and gpus > 0):
-        return resolve_device(ranks, "cuda")
-    return "cpu"
 
 
 @functools.cache
@@ -166,9 +136,9 @@ def _record(cfg: DDPConfig, ranks: int, outs: list[dict], started: float) -> dic
 
 
 def run_ddp(config: DDPConfig, progress: Progress) -> Result:
-    device = resolve_device(config.ranks, config.device)
-    cores = available()["cores"]
-    threads = max(1, cores // config.ranks)
+    where = place(config.ranks, config.device)  # the baseline rank gets the same device, threads
+    device, threads = where.device, where.threads
+    progress.update(0, 1, where.note)
     spec = TrainSpec(
         model=config.model,
         per_rank_batch=config.per_rank_batch,
@@ -186,7 +156,7 @@ def run_ddp(config: DDPConfig, progress: Progress) -> Result:
     for i, ranks in enumerate(plan):
         part = Progress(
             lambda d, t, n, i=i, r=ranks: progress.update(
-                i + (d / t if t else 0), len(plan), f"{r} rank(s): {n}"
+                i + (d / t if t else 0), len(plan), f"{plural(r, 'rank')}: {n}"
             ),
             cancel=progress.cancel_event,
         )
@@ -221,20 +191,3 @@ def run_ddp(config: DDPConfig, progress: Progress) -> Result:
         )
     progress.update(len(plan), len(plan), "done")
     return make_result("ddp", config, records)
-
-
-def scaling_explorer(**kwargs: Any):
-    """The scaling explorer of chapter 06: the ``ddp`` panel, points accumulating, with the
-    ranks slider capped at what this allocation offers (GPUs, else usable cores)."""
-    from hpclab.widgets import panel
-
-    view = panel(
-        "ddp",
-        fields=("ranks", "batch_size", "model", "scaling", "device"),
-        accumulate=True,
-        **kwargs,
-    )
-    have = available()
-    view.controls["ranks"].max = max(2, have["gpus"], have["cores"])
-    view.controls["batch_size"].max = 2048  # a linear slider to 65536 is unusable
-    return view

@@ -46,7 +46,7 @@ EXPERIMENTS = [
     Experiment(
         "scaling-model",
         "06",
-        "predicted step/efficiency to 512 GPUs vs seed 001's tables",
+        "predicted step/efficiency to 512 GPUs vs Guan 2019's tables",
         ScalingModelConfig,
         run_scaling_model,
         plot_scaling_model,

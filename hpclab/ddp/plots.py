@@ -1,4 +1,4 @@
-"""Figures of chapter 06: scaling (live, model, seed 001's tables) and all-reduce curves.
+"""Figures of chapter 06: scaling (live, model, Guan 2019's tables) and all-reduce curves.
 
 Efficiency is the one axis where a CPU rank on a laptop, a V100 in 2019 and a model can sit
 side by side: throughput on n devices / (n x throughput on one), dimensionless.
@@ -8,24 +8,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from hpclab.display import figure, plural
 from hpclab.results import Result, load_reference
 
-# seed 001's tables, each as one curve: (reference name, filter, short label, label)
-SEED001_CURVES: tuple[tuple[str, dict[str, Any], str, str], ...] = (
+# Guan 2019's tables, each as one curve: (reference name, filter, short label, label)
+GUAN2019_CURVES: tuple[tuple[str, dict[str, Any], str, str], ...] = (
     (
-        "seed001_mnist_multigpu",
+        "guan2019_mnist_multigpu",
         {"api": "keras", "gpu": "v100", "batch_size": 256},
         "MNIST b=256",
-        "seed 001 MNIST Keras V100, batch 256",
+        "Guan 2019 MNIST Keras V100, batch 256",
     ),
     (
-        "seed001_mnist_multigpu",
+        "guan2019_mnist_multigpu",
         {"api": "keras", "gpu": "v100", "batch_size": 8192},
         "MNIST b=8192",
-        "seed 001 MNIST Keras V100, batch 8192",
+        "Guan 2019 MNIST Keras V100, batch 8192",
     ),
-    ("seed001_resnet50_v100", {}, "ResNet-50", "seed 001 ResNet-50 V100, batch 128"),
-    ("seed001_horovod_resnet50", {}, "Horovod R-50", "seed 001 Horovod ResNet-50, 32/GPU"),
+    ("guan2019_resnet50_v100", {}, "ResNet-50", "Guan 2019 ResNet-50 V100, batch 128"),
+    ("guan2019_horovod_resnet50", {}, "Horovod R-50", "Guan 2019 Horovod ResNet-50, 32/GPU"),
 )
 
 
@@ -52,22 +53,22 @@ def reference_scaling(name: str, where: dict[str, Any] | None = None) -> list[di
     return sorted(out, key=lambda r: r["gpus"])
 
 
-def seed001_table() -> Any:
-    """Seed 001's scaling tables side by side: efficiency per GPU count (2 decimals)."""
+def guan2019_table() -> Any:
+    """Guan 2019's scaling tables side by side: efficiency per GPU count (2 decimals)."""
     import pandas as pd
 
     rows = [
         {"table": short, "gpus": r["gpus"], "efficiency": round(r["efficiency"], 2)}
-        for name, where, short, _label in SEED001_CURVES
+        for name, where, short, _label in GUAN2019_CURVES
         for r in reference_scaling(name, where)
     ]
     table = pd.DataFrame(rows).pivot(index="gpus", columns="table", values="efficiency")
-    return table[[c[2] for c in SEED001_CURVES]].rename_axis(columns=None)
+    return table[[c[2] for c in GUAN2019_CURVES]].rename_axis(columns=None)
 
 
-def add_seed001(fig: Any, row: int | None = None, col: int | None = None) -> None:
-    """Overlay seed 001's scaling tables as dashed efficiency curves."""
-    for name, where, _short, label in SEED001_CURVES:
+def add_guan2019(fig: Any, row: int | None = None, col: int | None = None) -> None:
+    """Overlay Guan 2019's scaling tables as dashed efficiency curves."""
+    for name, where, _short, label in GUAN2019_CURVES:
         rows = reference_scaling(name, where)
         kw = {"row": row, "col": col} if row else {}
         fig.add_scatter(
@@ -92,8 +93,9 @@ def add_both_panels(
     )
 
 
+@figure
 def plot_ddp(result: Result):
-    """Samples/s and efficiency against ranks, live and model, with seed 001's tables."""
+    """Samples/s and efficiency against ranks, live and model, with Guan 2019's tables."""
     from plotly.subplots import make_subplots
 
     fig = make_subplots(
@@ -117,17 +119,18 @@ def plot_ddp(result: Result):
             mode="markers",
             marker=marker,
         )
-    add_seed001(fig, row=1, col=2)
+    add_guan2019(fig, row=1, col=2)
     fig.add_hline(y=1.0, line={"color": "gray", "width": 1}, row=1, col=2)
     fig.update_xaxes(type="log", dtick=0.30103, title="ranks / GPUs")
     fig.update_yaxes(type="log", row=1, col=1)
     fig.update_yaxes(range=[0, 1.3], row=1, col=2)
     fig.update_layout(
-        title="Data-parallel scaling: measured here, modelled, and seed 001", height=460
+        title="Data-parallel scaling: measured here, modelled, and Guan 2019", height=460
     )
     return fig
 
 
+@figure
 def plot_allreduce(result: Result):
     """Bus bandwidth and time against message size (log-log), measured and fitted."""
     from plotly.subplots import make_subplots
@@ -141,7 +144,7 @@ def plot_allreduce(result: Result):
             )
     for (tier, impl, ranks), rows in sorted(groups.items()):
         rows = sorted(rows, key=lambda r: r["bytes"])
-        name = f"{impl}, {ranks} ranks ({tier})"
+        name = f"{impl}, {plural(ranks, 'rank')} ({tier})"
         mode = "markers" if tier == "live" else "lines"
         x = [r["bytes"] for r in rows]
         add_both_panels(

@@ -1,6 +1,6 @@
 """Ring all-reduce written out with send/recv, beside ``dist.all_reduce`` (chapter 06).
 
-The algorithm Baidu brought to deep learning (2017) and Horovod and NCCL use (seed 001's
+The algorithm Baidu brought to deep learning (2017) and Horovod and NCCL use (Guan 2019's
 "Horovod" slides). Ranks sit on a ring; the tensor is cut into n chunks.
 
 1. Reduce-scatter, n-1 steps: at step s rank r sends chunk (r - s) mod n to its right

@@ -1,8 +1,8 @@
 """Experiment ``scaling-model``: what-if to 512 GPUs with the chapter's model (chapter 06).
 
-Choose a workload (seed 001's MNIST, ResNet-50 or Horovod runs, or your own numbers), the
+Choose a workload (Guan 2019's MNIST, ResNet-50 or Horovod runs, or your own numbers), the
 link inside a node and the network between nodes; get predicted step time, samples/s and
-efficiency per GPU count, overlaid with seed 001's measured tables for that workload. The
+efficiency per GPU count, overlaid with Guan 2019's measured tables for that workload. The
 formulas and presets live in :mod:`hpclab.ddp.cost_model`.
 """
 
@@ -14,6 +14,7 @@ from typing import Any
 from hpclab.config import Config, ConfigError, param
 from hpclab.ddp.cost_model import LINKS, WORKLOADS, Workload, predict
 from hpclab.ddp.plots import add_both_panels, reference_scaling
+from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 
@@ -21,7 +22,7 @@ from hpclab.results import Result, make_result
 @dataclass(frozen=True)
 class ScalingModelConfig(Config):
     workload: str = param(
-        "resnet50-seed001", choices=(*WORKLOADS, "custom"), help="preset, or custom numbers below"
+        "resnet50-guan2019", choices=(*WORKLOADS, "custom"), help="preset, or custom numbers below"
     )
     link: str = param("pcie3", choices=tuple(LINKS), help="link between GPUs inside a node")
     network: str = param("ib-edr", choices=tuple(LINKS), help="network between nodes")
@@ -82,7 +83,7 @@ def run_scaling_model(config: ScalingModelConfig, progress: Progress) -> Result:
         n *= 2
     if workload.reference:
         where = {}
-        if workload.reference == "seed001_mnist_multigpu":
+        if workload.reference == "guan2019_mnist_multigpu":
             where = {"api": "keras", "gpu": "v100", "batch_size": workload.batch}
         for r in reference_scaling(workload.reference, where):
             records.append(
@@ -99,6 +100,7 @@ def run_scaling_model(config: ScalingModelConfig, progress: Progress) -> Result:
     return make_result("scaling-model", config, records)
 
 
+@figure
 def plot_scaling_model(result: Result):
     from plotly.subplots import make_subplots
 
@@ -169,7 +171,7 @@ def from_measurements(ddp: Result, allreduce: Result, max_gpus: int = 64, **over
 
 
 def model_vs_reference(**params: Any) -> Any:
-    """Predicted vs seed 001's measured samples/s and efficiency per GPU count (a DataFrame)."""
+    """Predicted vs Guan 2019's measured samples/s and efficiency per GPU count (a DataFrame)."""
     import pandas as pd
 
     cfg = ScalingModelConfig(**params)
@@ -186,8 +188,8 @@ def model_vs_reference(**params: Any) -> Any:
                 "model step ms": round(r["step_s"] * 1e3, 2),
                 "model samples/s": round(r["samples_per_s"]),
                 "model efficiency": round(r["efficiency"], 2),
-                "seed 001 samples/s": round(seen["samples_per_s"]) if seen else None,
-                "seed 001 efficiency": round(seen["efficiency"], 2) if seen else None,
+                "Guan 2019 samples/s": round(seen["samples_per_s"]) if seen else None,
+                "Guan 2019 efficiency": round(seen["efficiency"], 2) if seen else None,
             }
         )
     return pd.DataFrame(rows).set_index("gpus")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from hpclab.train import make_model, synthetic_images, train_step
+from hpclab.train import flat_params, make_model, synthetic_images, train_step
 
 SAMPLES = 512  # 8x8 images, flattened to 64 features
 FEATURES = 64
@@ -50,4 +50,4 @@ def train_serial(steps: int, batch: int, seed: int = SEED, reshuffle: bool = Tru
             train_step(model, opt, x_all[idx], y_all[idx])
             done += 1
         epoch += 1
-    return torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+    return flat_params(model)

@@ -26,9 +26,8 @@ from torch import nn
 
 from hpclab.dist import RankContext
 from hpclab.measure.timing import time_fn
-from hpclab.train import make_model, parameter_count, synthetic_images, train_step
+from hpclab.train import flat_params, make_model, parameter_count, synthetic_images, train_step
 
-MODELS = ("tiny", "large", "deep")
 DDP_DEFAULT_MB = 25.0  # torch.nn.parallel.DistributedDataParallel's bucket_cap_mb default
 
 
@@ -49,28 +48,6 @@ class TrainSpec:
     measure_compute: bool = True
     measure_allreduce: bool = True
     return_params: bool = False
-
-
-def deep_mlp(in_features: int, classes: int = 10, layers: int = 24, width: int = 256) -> nn.Module:
-    """Many small tensors (2 per layer): where one all-reduce per tensor hurts (tensor fusion)."""
-    mods: list[nn.Module] = [nn.Linear(in_features, width), nn.ReLU()]
-    for _ in range(layers - 2):
-        mods += [nn.Linear(width, width), nn.ReLU()]
-    mods.append(nn.Linear(width, classes))
-    return nn.Sequential(*mods)
-
-
-def build_model(name: str, in_features: int, seed: int) -> nn.Module:
-    """``tiny``/``large`` from :func:`hpclab.train.make_model`; ``deep`` for the bucket sweep."""
-    if name == "deep":
-        torch.manual_seed(seed)
-        return deep_mlp(in_features)
-    return make_model(name, in_features, seed=seed)
-
-
-def model_parameters(name: str, side: int = 28) -> int:
-    """Parameter count of a model choice (for the scaling model's message size)."""
-    return parameter_count(build_model(name, side * side, 0))
 
 
 def dataset(spec: TrainSpec) -> torch.utils.data.TensorDataset:
@@ -113,11 +90,6 @@ def wrap(ctx: RankContext, model: nn.Module, bucket_cap_mb: float) -> nn.Module:
     return DDP(model, device_ids=device_ids, bucket_cap_mb=None if cap == DDP_DEFAULT_MB else cap)
 
 
-def flat_params(model: nn.Module) -> torch.Tensor:
-    module = getattr(model, "module", model)
-    return torch.nn.utils.parameters_to_vector(module.parameters()).detach()
-
-
 def replica_divergence(ctx: RankContext, model: nn.Module) -> float:
     """Largest |parameter - rank 0's parameter| over all ranks (0.0 means identical replicas)."""
     if not ctx.distributed:
@@ -153,7 +125,7 @@ def time_allreduce(ctx: RankContext, numel: int, repeat: int = 5) -> float:
 def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
     """Train ``spec.warmup + spec.steps`` steps on this rank; return timings and checks."""
     data = dataset(spec)
-    model = build_model(spec.model, spec.side * spec.side, spec.seed).to(ctx.device)
+    model = make_model(spec.model, spec.side * spec.side, seed=spec.seed).to(ctx.device)
     net = wrap(ctx, model, spec.bucket_cap_mb)
     opt = torch.optim.SGD(net.parameters(), lr=spec.lr)
     stream = batches(ctx, spec, data)

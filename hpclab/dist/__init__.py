@@ -1,6 +1,18 @@
-"""Process launch for multi-rank experiments (chapter 00; used in chapters 05 and 06)."""
+"""Process launch and placement for multi-rank experiments (chapter 00; used in chapters 04-06)."""
 
 from hpclab.dist.context import RankContext
-from hpclab.dist.launcher import LaunchError, LaunchTimeout, RankError, choose_backend, launch
+from hpclab.dist.failures import LaunchTimeout, RankError
+from hpclab.dist.launcher import launch
+from hpclab.dist.placement import LaunchError, Placement, gpu_count, place, torch_threads
 
-__all__ = ["LaunchError", "LaunchTimeout", "RankContext", "RankError", "choose_backend", "launch"]
+__all__ = [
+    "LaunchError",
+    "LaunchTimeout",
+    "Placement",
+    "RankContext",
+    "RankError",
+    "gpu_count",
+    "launch",
+    "place",
+    "torch_threads",
+]

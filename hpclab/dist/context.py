@@ -1,27 +1,36 @@
 """The rank handle: what a worker function receives (chapter 00; used in chapters 05 and 06).
 
 A worker is ``def worker(ctx: RankContext, *args) -> picklable``. ``ctx`` says who this rank
-is (rank, world size, device, backend), lets it report progress to the parent, and offers
-helpers that also work with a single process and no process group, so the same training step
-runs serially and in parallel.
+is (rank, world size, device, backend, threads), lets it report progress to the parent, and
+offers helpers that also work with a single process and no process group, so the same training
+step runs serially and in parallel. It is immutable: what a rank is does not change mid-run.
 """
 
 from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass
+@dataclass(frozen=True)
 class RankContext:
     rank: int
     world_size: int
     backend: str  # "gloo", "nccl" or "none" (one process, no process group)
     device: str  # "cpu" or "cuda:N"
     threads: int  # intra-op threads for this rank (usable cores // ranks)
-    _queue: Any = field(default=None, repr=False)
+    # Where progress goes: (kind, payload) -> None; the launcher sets it in the rank.
+    send: Callable[[str, Any], None] | None = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The channel home stays in its process: a pickled context (spawn, a result) has none.
+        return {**self.__dict__, "send": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
     @property
     def is_main(self) -> bool:
@@ -38,8 +47,8 @@ class RankContext:
 
     def progress(self, done: float, total: float, note: str = "") -> None:
         """Tell the parent how far this rank is (rank 0's progress drives the bar)."""
-        if self._queue is not None:
-            self._queue.put(("progress", self.rank, (done, total, note)))
+        if self.send is not None:
+            self.send("progress", (done, total, note))
 
     def log(self, *parts: Any) -> None:
         """A rank-aware print: goes to the parent's log of this rank, never into the cell."""
@@ -95,12 +104,3 @@ def destroy_process_group() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-
-
-def set_threads(threads: int) -> None:
-    """Pin intra-op threads before any parallel work: ranks x threads must not exceed cores."""
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    os.environ["MKL_NUM_THREADS"] = str(threads)
-    import torch
-
-    torch.set_num_threads(threads)

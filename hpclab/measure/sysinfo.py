@@ -110,16 +110,20 @@ def _cgroup_mem_gb() -> float | None:
     return min(limits) / GIB if limits else None
 
 
-def usable_cores() -> tuple[int, dict[str, int | None]]:
-    """Cores this process may use: min of affinity, cgroup quota, SLURM_CPUS_PER_TASK, node."""
-    sources: dict[str, int | None] = {
+def core_limits() -> dict[str, int | None]:
+    """Each limit on the cores this process may use: node, affinity, cgroup quota, Slurm."""
+    return {
         "node": os.cpu_count(),
         "affinity": _soft(lambda: len(os.sched_getaffinity(0))),
         "cgroup": _soft(_cgroup_cpus),
         "slurm_cpus_per_task": _soft(lambda: int(os.environ["SLURM_CPUS_PER_TASK"])),
     }
-    known = [v for v in sources.values() if isinstance(v, int) and v > 0]
-    return (min(known) if known else 1), sources
+
+
+def usable_cores() -> int:
+    """Cores this process may use: the tightest of :func:`core_limits` (the one helper)."""
+    known = [v for v in core_limits().values() if isinstance(v, int) and v > 0]
+    return min(known) if known else 1
 
 
 def _scratch_entry(path: str | None) -> dict[str, Any]:
@@ -261,7 +265,8 @@ def clock_label(method: str) -> str:
 
 def _collect() -> dict[str, Any]:
     cpu = _soft(cpuinfo, default={"model": None, "vendor": None, "family": None, "flags": []})
-    cores, sources = usable_cores()
+    sources = core_limits()
+    cores = usable_cores()
     ghz, method = measure_clock_ghz()
     nominal, _ = _soft(nominal_clock_ghz, default=(None, ""))
     label = clock_label(method)

@@ -24,22 +24,13 @@ from typing import Any
 import torch
 
 from hpclab.config import Config, param
-from hpclab.ddp.worker import (
-    MODELS,
-    TrainSpec,
-    batches,
-    build_model,
-    dataset,
-    flat_params,
-    model_parameters,
-    wrap,
-)
+from hpclab.ddp.worker import TrainSpec, batches, dataset, wrap
 from hpclab.dist import RankContext, launch
 from hpclab.measure.timing import time_fn
 from hpclab.parallel.data_parallel import BucketedDataParallel, NaiveDataParallel
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
-from hpclab.train import train_step
+from hpclab.train import MLP_MODELS, flat_params, make_model, parameter_count, train_step
 
 IMPLS = ("naive", "bucketed", "ddp")
 
@@ -48,7 +39,7 @@ IMPLS = ("naive", "bucketed", "ddp")
 class DPByHandConfig(Config):
     impl: tuple = param(IMPLS, choices=IMPLS, help="implementations, side by side")
     ranks: int = param(2, min=1, max=64, help="ranks (GPUs, or CPU processes standing in)")
-    model: str = param("large", choices=MODELS, help="model (deep: 48 small tensors)")
+    model: str = param("large", choices=MLP_MODELS, help="model (deep: 48 small tensors)")
     batch_size: int = param(64, min=1, max=4096, help="batch per rank")
     bucket_cap_mb: float = param(25.0, min=0.01, max=1024.0, help="bucket size (bucketed, ddp)")
     steps: int = param(20, min=2, max=1000, quick=5, help="timed steps per impl and round")
@@ -59,7 +50,7 @@ class DPByHandConfig(Config):
 
 def make_replica(ctx: RankContext, impl: str, spec: TrainSpec, cap_mb: float) -> torch.nn.Module:
     """One replica of ``spec.model`` (same seed, same weights on every rank) wrapped by ``impl``."""
-    model = build_model(spec.model, spec.side * spec.side, spec.seed).to(ctx.device)
+    model = make_model(spec.model, spec.side * spec.side, seed=spec.seed).to(ctx.device)
     if impl == "naive":
         return NaiveDataParallel(model)
     if impl == "bucketed":
@@ -109,7 +100,7 @@ def dp_worker(
 
 def _time_steps(ctx: RankContext, spec: TrainSpec, nets: dict, stream: Any, rounds: int) -> dict:
     """Median step and blocked time per implementation, and of a comm-free copy (``compute``)."""
-    local = build_model(spec.model, spec.side * spec.side, spec.seed).to(ctx.device)
+    local = make_model(spec.model, spec.side * spec.side, seed=spec.seed).to(ctx.device)
     nets = {**nets, "compute": (local, torch.optim.SGD(local.parameters(), lr=spec.lr))}
     samples: dict[str, list[float]] = {k: [] for k in nets}
     blocked: dict[str, float] = dict.fromkeys(nets, 0.0)
@@ -133,9 +124,10 @@ def _time_steps(ctx: RankContext, spec: TrainSpec, nets: dict, stream: Any, roun
 
 
 def run_dp_by_hand(config: DPByHandConfig, progress: Progress) -> Result:
-    from hpclab.ddp.ddp_experiment import preload, resolve_device
+    from hpclab.ddp.ddp_experiment import preload
+    from hpclab.dist import place
 
-    device = resolve_device(config.ranks, config.device)
+    device = place(config.ranks, config.device).device
     preload()
     spec = replace(
         TrainSpec(),
@@ -167,7 +159,7 @@ def run_dp_by_hand(config: DPByHandConfig, progress: Progress) -> Result:
                 "impl": impl,
                 "ranks": config.ranks,
                 "model": config.model,
-                "params": model_parameters(config.model, spec.side),
+                "params": parameter_count(make_model(config.model, spec.side * spec.side)),
                 "per_rank_batch": config.batch_size,
                 "device": outs[0]["device"],
                 "backend": outs[0]["backend"],
@@ -210,11 +202,11 @@ def plot_dp_by_hand(result: Result):
 def dp_by_hand_panel(**kwargs: Any):
     """The ``dp-by-hand`` panel of chapter 06 part 2, its ranks slider capped at what this
     allocation offers (GPUs, else usable cores)."""
-    from hpclab.ddp.ddp_experiment import available
+    from hpclab.dist import gpu_count
+    from hpclab.measure.sysinfo import usable_cores
     from hpclab.widgets import panel
 
     view = panel("dp-by-hand", fields=("ranks", "model", "batch_size", "bucket_cap_mb"), **kwargs)
-    have = available()
-    view.controls["ranks"].max = max(2, have["gpus"], have["cores"])
+    view.controls["ranks"].max = max(2, gpu_count(), usable_cores())
     view.controls["batch_size"].max = 512  # a linear slider to 4096 is hard to steer
     return view

@@ -1,6 +1,6 @@
 """Experiment ``pipeline``: naive vs GPipe vs 1F1B on p ranks, the bubble measured (chapter 06).
 
-The model is the chapter's deep MLP (:func:`hpclab.ddp.worker.deep_mlp`: ``layers`` linear
+The model is a deep MLP like chapter 06's ``deep`` model (:func:`pipeline_model`: ``layers`` linear
 layers of ``width`` features, 16x16 images flattened to 256 inputs so every layer has the same
 cost), cut into ``stages`` stages by :func:`hpclab.parallel.pipeline.split_stages`. Every rank
 first trains ``check_steps`` steps per schedule and the stages' weights are compared with one
@@ -72,10 +72,15 @@ class PipelineConfig(Config):
 
 
 def pipeline_model(cfg: PipelineConfig, seed: int = 0) -> torch.nn.Sequential:
-    from hpclab.ddp.worker import deep_mlp
+    """``layers`` linear layers, ``width`` features each (ReLU between), 10 classes out."""
+    from torch import nn
 
     torch.manual_seed(seed)
-    return deep_mlp(SIDE * SIDE, layers=cfg.layers, width=cfg.width)
+    mods: list[nn.Module] = [nn.Linear(SIDE * SIDE, cfg.width), nn.ReLU()]
+    for _ in range(cfg.layers - 2):
+        mods += [nn.Linear(cfg.width, cfg.width), nn.ReLU()]
+    mods.append(nn.Linear(cfg.width, 10))
+    return nn.Sequential(*mods)
 
 
 def pipeline_batch(cfg: PipelineConfig, step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -174,12 +179,13 @@ def _schedule_records(cfg: PipelineConfig, kind: str, outs: list[dict]) -> list[
 
 
 def run_pipeline(config: PipelineConfig, progress: Progress) -> Result:
-    from hpclab.ddp.ddp_experiment import available, comm_device
+    from hpclab.dist import place
+    from hpclab.measure.sysinfo import usable_cores
 
     # more CPU ranks than cores still give the right weights, but ranks then take turns on the
     # cores and the measured idle time says more about the scheduler than about the pipeline
-    device = comm_device(config.stages, config.device)
-    oversubscribed = device == "cpu" and config.stages > available()["cores"]
+    device = place(config.stages, config.device).device
+    oversubscribed = device == "cpu" and config.stages > usable_cores()
     outs = launch(
         pipeline_worker,
         config.stages,

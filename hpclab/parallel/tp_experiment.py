@@ -152,9 +152,9 @@ def tp_worker(ctx: RankContext, cfg: TensorParallelConfig) -> list[dict[str, Any
 
 
 def run_tensor_parallel(config: TensorParallelConfig, progress: Progress) -> Result:
-    from hpclab.ddp.ddp_experiment import comm_device
+    from hpclab.dist import place
 
-    device = comm_device(config.ranks, config.device)
+    device = place(config.ranks, config.device).device
     outs = launch(
         tp_worker, config.ranks, args=(config,), device=device, progress=progress, deadline_s=600
     )

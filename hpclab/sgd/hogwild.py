@@ -2,7 +2,7 @@
 
 The model's parameters live in shared memory (``model.share_memory()``); ``workers`` forked
 processes each run plain SGD on their own minibatches and write into the same tensors with no
-lock (Niu, Recht, Re, Wright, "Hogwild!", NIPS 2011; seed 004 shows PyTorch's version). The
+lock (Niu, Recht, Re, Wright, "Hogwild!", NIPS 2011; Nakayama 2017 shows PyTorch's version). The
 naive alternative, ``locking="locked"``, takes one process lock around every update, with the
 same interface. Serial SGD (one process, the same total number of updates) is the baseline.
 
@@ -21,17 +21,11 @@ import torch
 from hpclab.dist import RankContext, launch
 from hpclab.progress import Progress
 from hpclab.sgd.problems import Problem, Sampler
+from hpclab.train import train_step
 
 # Chosen by hand on these problems (serial SGD, batch 32, 1000 steps): stable, with a clear
 # loss drop within the default run.
 DEFAULT_LR = {"dense": 0.1, "large": 0.05, "sparse": 1.0}
-OVERSUBSCRIBE_LIMIT = 4  # refuse runs with more than 4 busy threads per usable core
-
-
-def usable_cores() -> int:
-    from hpclab.measure.sysinfo import usable_cores as _usable
-
-    return _usable()[0]
 
 
 def sgd_step(
@@ -41,17 +35,11 @@ def sgd_step(
     idx: torch.Tensor,
     lock: Any = None,
 ) -> float:
-    """One SGD step on samples ``idx``; the write into the (shared) weights is under ``lock``
-    when one is given (the naive, locked variant), else lock-free (Hogwild)."""
-    opt.zero_grad(set_to_none=True)
-    loss = problem.loss_fn(model(problem.x_train[idx]), problem.y_train[idx])
-    loss.backward()
-    if lock is None:
-        opt.step()
-    else:
-        with lock:
-            opt.step()
-    return float(loss.detach())
+    """:func:`hpclab.train.train_step` on samples ``idx`` of the problem: the write into the
+    (shared) weights is under ``lock`` when one is given (the naive, locked variant), else
+    lock-free (Hogwild)."""
+    x, y = problem.x_train[idx], problem.y_train[idx]
+    return train_step(model, opt, x, y, problem.loss_fn, lock=lock)
 
 
 def hogwild_worker(
@@ -186,6 +174,7 @@ def train_hogwild(
         workers,
         args=(problem, model, per_worker, batch, lr, seed, barrier, lock),
         backend="none",  # no process group: the workers talk only through shared memory
+        device="cpu",  # host shared memory, even on a GPU node
         threads_per_rank=threads,
         start_method="fork",
         progress=progress,

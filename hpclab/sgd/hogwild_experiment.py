@@ -11,16 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure, readable
+from hpclab.dist.placement import OVERSUBSCRIBE_LIMIT
+from hpclab.measure.sysinfo import usable_cores
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
-from hpclab.sgd.hogwild import (
-    DEFAULT_LR,
-    OVERSUBSCRIBE_LIMIT,
-    _merged_curve,
-    overlap_model,
-    train_hogwild,
-    usable_cores,
-)
+from hpclab.sgd.hogwild import DEFAULT_LR, _merged_curve, overlap_model, train_hogwild
 from hpclab.sgd.plots import add_loss_curves
 from hpclab.sgd.problems import PROBLEMS, make_problem
 
@@ -140,6 +136,7 @@ def run_hogwild(config: HogwildConfig, progress: Progress) -> Result:
     return make_result("hogwild", config, summaries + curves)
 
 
+@figure
 def plot_hogwild(result: Result):
     """Smoothed training loss against wall time and against updates, one line per run."""
     from plotly.subplots import make_subplots
@@ -182,7 +179,7 @@ def speedup_table(result: Result):
     import pandas as pd
 
     rows = [r for r in result.records if r.get("kind") == "summary"]
-    return pd.DataFrame(rows).drop(columns=["kind", "tier"], errors="ignore")
+    return readable(pd.DataFrame(rows).drop(columns=["kind", "tier"], errors="ignore"))
 
 
 def oversubscription_sweep(

@@ -6,11 +6,11 @@ a gradient on its own minibatch, pushes each shard's slice to its server and get
 back (push and pull in one round trip). Modes:
 
 - ``sync``: a server waits for every trainer's gradient, applies their mean once, answers all
-  (TensorFlow's central-storage strategy, seed 001). Equals serial SGD on the combined batch.
-- ``async``: each push is applied at once (Downpour SGD, seed 004); gradients are stale.
+  (TensorFlow's central-storage strategy, Guan 2019). Equals serial SGD on the combined batch.
+- ``async``: each push is applied at once (Downpour SGD, Nakayama 2017); gradients are stale.
 - ``ssp``: async, but a trainer more than ``bound`` pushes ahead of the slowest waits.
 - ``allreduce``: no server; trainers average gradients with ``all_reduce`` and each applies the
-  same update (the mirrored strategy, seed 001; DDP in chapter 06).
+  same update (the mirrored strategy, Guan 2019; DDP in chapter 06).
 
 Why point-to-point and not ``torch.distributed.rpc``: RPC prints a deprecation warning from
 torch itself, its upstream parameter-server example breaks with more than one trainer, and its
@@ -27,8 +27,9 @@ from typing import Any
 import torch
 
 from hpclab.dist import RankContext
-from hpclab.sgd.problems import Problem, Sampler, flat_params, grad_at, set_flat_params
+from hpclab.sgd.problems import Problem, Sampler, grad_at
 from hpclab.sgd.staleness import ParameterShard, apply_gradient, ssp_allows
+from hpclab.train import flat_params, set_flat_params
 
 MODES = ("sync", "async", "ssp", "allreduce")
 PUSH, PULL, STOP = 1.0, 2.0, 3.0

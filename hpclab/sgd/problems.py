@@ -15,14 +15,16 @@ Shapes: dense inputs ``[N, 64]`` float32; sparse inputs ``[N, nnz]`` int64 featu
 
 from __future__ import annotations
 
-import contextlib
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from hpclab.dist.placement import torch_threads
+from hpclab.train import digits, flat_grad, forward_backward, make_model, train_step
 
 PROBLEMS = ("dense", "sparse", "large")
 
@@ -79,8 +81,6 @@ class Problem:
 
 
 def _digits_problem(name: str, seed: int) -> Problem:
-    from hpclab.train import digits, make_model
-
     x, y = digits(flat=True)
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(1234))
     x, y = x[perm], y[perm]
@@ -156,39 +156,11 @@ class Sampler:
         return torch.randint(0, self.n, (self.batch,), generator=self.gen)
 
 
-def flat_params(model: nn.Module) -> torch.Tensor:
-    """All parameters as one flat fp32 vector (a copy)."""
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-
-
-def set_flat_params(model: nn.Module, flat: torch.Tensor) -> None:
-    """Write a flat vector into the model's parameters (in place, no autograd)."""
-    with torch.no_grad():
-        offset = 0
-        for p in model.parameters():
-            n = p.numel()
-            p.copy_(flat[offset : offset + n].view_as(p))
-            offset += n
-
-
-def flat_grad(model: nn.Module) -> torch.Tensor:
-    """All gradients as one dense flat vector (sparse gradients are densified; missing = 0)."""
-    parts = []
-    for p in model.parameters():
-        g = p.grad
-        if g is None:
-            parts.append(torch.zeros(p.numel()))
-        else:
-            parts.append((g.to_dense() if g.is_sparse else g).reshape(-1))
-    return torch.cat(parts)
-
-
 def grad_at(problem: Problem, model: nn.Module, idx: torch.Tensor) -> tuple[float, torch.Tensor]:
     """Loss and flat gradient of the mean loss over samples ``idx`` at the model's weights."""
     model.zero_grad(set_to_none=True)
-    loss = problem.loss_fn(model(problem.x_train[idx]), problem.y_train[idx])
-    loss.backward()
-    return float(loss.detach()), flat_grad(model)
+    loss = forward_backward(model, problem.x_train[idx], problem.y_train[idx], problem.loss_fn)
+    return float(loss), flat_grad(model)
 
 
 def serial_sgd(
@@ -197,19 +169,8 @@ def serial_sgd(
     """Plain SGD: step ``s`` uses the concatenated batches of streams ``0..streams-1`` (the
     combined batch of ``streams`` synchronous trainers). Runs on one thread, like a worker:
     these steps are far too small for intra-op threads, which only add synchronisation."""
-    with one_thread():
+    with torch_threads(1):
         return _serial_sgd(problem, steps, batch, lr, seed, streams)
-
-
-@contextlib.contextmanager
-def one_thread() -> Iterator[None]:
-    """Run the block with one intra-op thread, then restore the caller's setting."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _serial_sgd(
@@ -220,9 +181,7 @@ def _serial_sgd(
     samplers = [Sampler(problem.n_train, batch, seed, s) for s in range(streams)]
     for _ in range(steps):
         idx = torch.cat([s.next() for s in samplers])
-        opt.zero_grad(set_to_none=True)
-        problem.loss_fn(model(problem.x_train[idx]), problem.y_train[idx]).backward()
-        opt.step()
+        train_step(model, opt, problem.x_train[idx], problem.y_train[idx], problem.loss_fn)
     return model
 
 

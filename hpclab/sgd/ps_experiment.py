@@ -13,9 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure, plural, readable
+from hpclab.dist.placement import OVERSUBSCRIBE_LIMIT
+from hpclab.measure.sysinfo import usable_cores
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
-from hpclab.sgd.hogwild import DEFAULT_LR, OVERSUBSCRIBE_LIMIT, usable_cores
+from hpclab.sgd.hogwild import DEFAULT_LR
 from hpclab.sgd.paramserver import MODES, Plan, initial_params, train_paramserver, trained_model
 from hpclab.sgd.plots import add_loss_curves
 from hpclab.sgd.problems import PROBLEMS, make_problem
@@ -142,16 +145,19 @@ def summary_table(result: Result):
     """One row per run."""
     import pandas as pd
 
-    return pd.DataFrame([s for s, _, _ in runs(result)]).drop(
-        columns=["kind", "tier"], errors="ignore"
+    return readable(
+        pd.DataFrame([s for s, _, _ in runs(result)]).drop(
+            columns=["kind", "tier"], errors="ignore"
+        )
     )
 
 
 def _label(s: dict) -> str:
-    servers = "" if s["mode"] == "allreduce" else f", {s['servers']} server(s)"
-    return f"{s['mode']}: {s['trainers']} trainer(s){servers}"
+    servers = "" if s["mode"] == "allreduce" else ", " + plural(s["servers"], "server")
+    return f"{s['mode']}: {plural(s['trainers'], 'trainer')}{servers}"
 
 
+@figure
 def plot_paramserver(result: Result):
     """Loss vs time, throughput vs trainers, staleness histogram, server busy fraction."""
     from plotly.subplots import make_subplots
@@ -159,6 +165,8 @@ def plot_paramserver(result: Result):
     fig = make_subplots(
         rows=2,
         cols=3,
+        vertical_spacing=0.2,  # room for the top row's axis titles under its plots
+        horizontal_spacing=0.08,
         subplot_titles=(
             "loss vs wall time",
             "loss vs model versions",
@@ -186,7 +194,7 @@ def plot_paramserver(result: Result):
         by_mode.setdefault((s["mode"], s["servers"]), []).append(s)
     for (mode, servers), rows in sorted(by_mode.items()):
         rows = sorted(rows, key=lambda r: r["trainers"])
-        name = mode if mode == "allreduce" else f"{mode}, {servers} server(s)"
+        name = mode if mode == "allreduce" else f"{mode}, {plural(servers, 'server')}"
         panels = [(1, "gradients_per_s")]
         if mode != "allreduce":
             panels += [(2, "server_busy_fraction"), (3, "staleness_mean")]
@@ -210,7 +218,7 @@ def plot_paramserver(result: Result):
     for col in (1, 2, 3):
         fig.update_xaxes(title_text="trainers", dtick=1, row=2, col=col)
     fig.update_yaxes(range=[0, 1.05], row=2, col=2)
-    fig.update_layout(title="Parameter server vs all-reduce", height=640, barmode="group")
+    fig.update_layout(title="Parameter server vs all-reduce", height=720, barmode="group")
     return fig
 
 

@@ -4,7 +4,7 @@ A server holds a shard of the parameters and a *version* (how many updates it ap
 trainer pulls the shard at some version, computes a gradient there, and pushes it back; by
 then other trainers may have pushed theirs. The gradient's **staleness** is how many versions
 the shard moved on in between (0 in synchronous mode; about ``trainers - 1`` in asynchronous,
-Downpour-style mode, Dean et al., NIPS 2012, seed 004).
+Downpour-style mode, Dean et al., NIPS 2012, Nakayama 2017).
 
 **Stale-synchronous parallel** (SSP, Ho et al., NIPS 2013) bounds it: a trainer that has pushed
 more than ``bound`` steps beyond the slowest unfinished trainer waits. ``bound=0`` is lock-step,

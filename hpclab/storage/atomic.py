@@ -9,7 +9,7 @@ directory of a dead writer is removed by the next write.
 
 Disk full, quota exceeded or a file-size limit stop the writer with one line naming the path, and
 nothing is left behind. A writer refuses up front to create more files than ``max_files``
-(clusters cap inodes: "more than 10^6 files in /work or /scratch" blocks new jobs, seed 003).
+(clusters cap inodes: "more than 10^6 files in /work or /scratch" blocks new jobs, Mao 2017).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def check_file_limit(final: Path, files: int, max_files: int) -> None:
         raise StorageError(
             f"{final}: this format would create {files} files; max_files={max_files} "
             "(raise it, or pick a format that packs samples into few files: clusters cap inodes, "
-            "e.g. 10^6 files per user, seed 003)"
+            "e.g. 10^6 files per user, Mao 2017)"
         )
 
 

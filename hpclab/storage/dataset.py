@@ -12,8 +12,9 @@ and dtype, and a checksum of what the writer wrote. Readers subclass :class:`Sto
 - ``sample(i) -> (uint8 array, label)`` is the same call every source has, so any format
   converts to any other (:mod:`hpclab.storage.pack`).
 
-Bad input (a missing path, a corrupt file, a wrong sample shape) raises :class:`StorageError`, a
-:class:`~hpclab.config.ConfigError`, with one line naming the file.
+A missing path, a corrupt file or a wrong sample shape raises :class:`StorageError` with one line
+naming the file. It is not a :class:`~hpclab.config.ConfigError`: the arguments were fine, the
+data are not (the CLI exits 1, not 2).
 """
 
 from __future__ import annotations
@@ -27,13 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from hpclab.config import ConfigError
+from hpclab.config import RunError
 
 MANIFEST = "manifest.json"
 FORMATS = ("lmdb", "hdf5", "files-npy", "files-png", "shards", "memmap")
 
 
-class StorageError(ConfigError):
+class StorageError(RunError):
     """A storage problem with one line naming the file (missing, corrupt, full disk, quota)."""
 
 

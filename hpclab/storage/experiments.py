@@ -30,7 +30,7 @@ EXPERIMENTS = [
     Experiment(
         "loader",
         "04",
-        "DataLoader: format x batch size x workers, beside seed 002's Caffe table",
+        "DataLoader: format x batch size x workers, beside Fox et al. 2015's Caffe table",
         LoaderConfig,
         run_loader,
         plot_loader,

@@ -2,8 +2,8 @@
 
 The layout most datasets arrive in (ImageNet: 1.28 M JPEGs) and the slowest to read: every
 sample costs an ``open``, a ``stat`` and a ``close`` (metadata operations that a parallel
-filesystem sends to its metadata server) before a few KB of data. Seed 002 measured image files
-~8-12x slower than LMDB in Caffe; seed 003 adds the quota: more than 10^6 files blocks new jobs.
+filesystem sends to its metadata server) before a few KB of data. Fox et al. 2015 measured image files
+~8-12x slower than LMDB in Caffe; Mao 2017 adds the quota: more than 10^6 files blocks new jobs.
 
 Layout: ``samples/KKKK/IIIIIIII.npy`` (1000 files per sub-directory: huge flat directories are
 slow to list on every filesystem) and ``labels.npy``. PNG needs 1 or 3 channels.

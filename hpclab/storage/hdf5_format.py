@@ -1,4 +1,4 @@
-"""HDF5: one file, arrays ``x [N, C, H, W]`` and ``y [N]`` (chapter 04; seed 004 lists HDF5).
+"""HDF5: one file, arrays ``x [N, C, H, W]`` and ``y [N]`` (chapter 04; Nakayama 2017 lists HDF5).
 
 Layout matters: ``contiguous`` stores ``x`` as one block (a random sample is one seek + read);
 ``chunked`` stores it in chunks of ``chunk`` samples, which compression needs (gzip works per
@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from hpclab.config import ConfigError
 from hpclab.storage.dataset import Checksum, StorageError, StoredDataset, iter_samples
 
 FILE = "data.h5"
@@ -36,9 +37,9 @@ def write(
     import h5py
 
     if layout not in LAYOUTS:
-        raise StorageError(f"layout={layout!r}; allowed: {', '.join(LAYOUTS)}")
+        raise ConfigError(f"layout={layout!r}; allowed: {', '.join(LAYOUTS)}")
     if compression != "none" and layout == "contiguous":
-        raise StorageError(
+        raise ConfigError(
             f"compression={compression!r} needs layout='chunked' (HDF5 compresses chunks)"
         )
     n = len(source)

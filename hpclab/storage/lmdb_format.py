@@ -1,6 +1,6 @@
 """LMDB: one memory-mapped B-tree file, many samples per transaction (chapter 04).
 
-LMDB is what Caffe used for ImageNet; seed 002 measured it ~8x faster than image files at every
+LMDB is what Caffe used for ImageNet; Fox et al. 2015 measured it ~8x faster than image files at every
 batch size. Writing: one transaction per ``chunk`` samples (one per sample is slow: each commit
 syncs; one for everything holds all dirty pages), the map size computed from the data with
 headroom and doubled when LMDB says it is full. Reading: read-only, ``lock=False`` (no lock file

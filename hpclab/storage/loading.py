@@ -1,13 +1,13 @@
 """Experiments ``loader`` and ``data-wait``: a real DataLoader over each format (chapter 04).
 
 ``loader`` sweeps format x batch size x ``num_workers`` x ``pin_memory`` and reports samples/s
-and the seconds to load 100 batches, the shape of seed 002's Caffe table (AlexNet on ImageNet:
+and the seconds to load 100 batches, the shape of Fox et al. 2015's Caffe table (AlexNet on ImageNet:
 LMDB 1.05 s vs image files 8.1 s at batch 8, 5.23 s vs 62.4 s at batch 64), which the plot puts
 beside it.
 
 ``data-wait`` trains (``hpclab.train``: ``make_model`` + ``train_step``) and splits every step
 into *waiting for the next batch* and *computing*: Caffe's "Waiting for data" log lines from
-seed 003, as a number per step. A fast format keeps the waiting near zero; a slow one starves the
+Mao 2017, as a number per step. A fast format keeps the waiting near zero; a slow one starves the
 model, and more workers (or a better format) is the cure.
 """
 
@@ -20,11 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from hpclab.config import Config, ConfigError, param
+from hpclab.config import Config, param
+from hpclab.dist.placement import DEVICES, place
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 from hpclab.storage.data import parse_shape
 from hpclab.storage.dataset import FORMATS
+from hpclab.train import MLP_MODELS
 
 
 def _indices(n: int, needed: int, shuffle: bool, seed: int) -> list[int]:
@@ -106,7 +108,9 @@ class LoaderConfig(Config):
     path: str = param("", help="a packed dataset ('' = synthetic data packed in scratch)")
     samples: int = param(20000, min=64, max=2_000_000, quick=1000, help="samples in the dataset")
     shape: tuple = param((3, 32, 32), min=1, max=4096, help="C,H,W of each sample")
-    batch_size: tuple = param((8, 16, 32, 64), min=1, max=65536, help="batch sizes (seed 002's)")
+    batch_size: tuple = param(
+        (8, 16, 32, 64), min=1, max=65536, help="batch sizes (Fox et al. 2015's)"
+    )
     workers: tuple = param((0, 2), min=0, max=64, help="DataLoader num_workers values")
     pin_memory: bool = param(False, help="pinned host memory (matters with a GPU)")
     batches: int = param(100, min=3, max=100_000, quick=20, help="batches per measurement")
@@ -160,9 +164,9 @@ class WaitConfig(Config):
     batch_size: int = param(64, min=1, max=65536, help="batch size")
     workers: int = param(0, min=0, max=64, help="DataLoader num_workers")
     steps: int = param(60, min=3, max=100_000, quick=25, help="training steps per format")
-    model: str = param("tiny", choices=("tiny", "large"), help="hpclab.train model (MLP)")
+    model: str = param("tiny", choices=MLP_MODELS, help="hpclab.train model (MLP)")
     open_latency_ms: float = param(0.0, min=0.0, max=1000.0, help="simulated per-file open latency")
-    device: str = param("auto", choices=("auto", "cpu", "cuda"), help="where the model trains")
+    device: str = param("auto", choices=DEVICES, help="where the model trains (auto: a GPU if any)")
 
     def check(self) -> None:
         parse_shape(self.shape)
@@ -176,11 +180,8 @@ def run_wait(config: WaitConfig, progress: Progress, on_step=None) -> Result:
     from hpclab.storage.workspace import prepared
     from hpclab.train import make_model, train_step
 
-    device = config.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device='cuda' but no CUDA GPU is visible; allowed here: auto, cpu")
+    where = place(1, config.device)
+    device, on_gpu = where.devices[0], where.device == "cuda"
     shape = parse_shape(config.shape)
     features = int(np.prod(shape))
     records: list[dict[str, Any]] = []
@@ -189,7 +190,7 @@ def run_wait(config: WaitConfig, progress: Progress, on_step=None) -> Result:
         path = prepared(fmt, config.samples, shape)
         kw = {"open_latency_ms": config.open_latency_ms} if fmt.startswith("files") else {}
         loader = make_loader(
-            path, config.batch_size, config.workers, device == "cuda", True, config.steps + 1, **kw
+            path, config.batch_size, config.workers, on_gpu, True, config.steps + 1, **kw
         )
         model = make_model(config.model, in_features=features).to(device)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -217,7 +218,7 @@ def run_wait(config: WaitConfig, progress: Progress, on_step=None) -> Result:
         wait = sum(s[0] for s in steps)
         busy = sum(s[1] for s in steps)
         util = None
-        if device == "cuda":
+        if on_gpu:
             try:
                 util = torch.cuda.utilization()  # NVML, when pynvml is installed
             except Exception:  # noqa: BLE001 - no NVML: leave it out

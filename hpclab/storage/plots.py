@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from hpclab.display import figure, plural
 from hpclab.results import Result
 
 
+@figure
 def plot_pack(result: Result):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -21,6 +23,7 @@ def plot_pack(result: Result):
     return fig
 
 
+@figure
 def plot_read(result: Result):
     """Samples/s per format, one group per (cache, order), log scale."""
     import plotly.graph_objects as go
@@ -50,13 +53,14 @@ def plot_read(result: Result):
     return fig
 
 
+@figure
 def plot_loader(result: Result, reference: Result | None = None):
-    """Seconds per 100 batches vs batch size: live lines beside seed 002's Caffe table."""
+    """Seconds per 100 batches vs batch size: live lines beside Fox et al. 2015's Caffe table."""
     import plotly.graph_objects as go
 
     from hpclab.results import load_reference
 
-    reference = reference or load_reference("seed002_caffe_loading")
+    reference = reference or load_reference("fox2015_caffe_loading")
     fig = go.Figure()
     live = [r for r in result.records if r.get("tier") == "live"]
     for key in sorted({(r["format"], r["workers"]) for r in live}):
@@ -67,7 +71,7 @@ def plot_loader(result: Result, reference: Result | None = None):
             x=[r["batch_size"] for r in sel],
             y=[r["seconds_per_100_batches"] for r in sel],
             mode="lines+markers",
-            name=f"{key[0]}, {key[1]} workers (live)",
+            name=f"{key[0]}, {plural(key[1], 'worker')} (live)",
         )
     for fmt in sorted({r["format"] for r in reference.records}):
         sel = [r for r in reference.records if r["format"] == fmt]
@@ -76,7 +80,7 @@ def plot_loader(result: Result, reference: Result | None = None):
             y=[r["seconds_per_100_batches"] for r in sel],
             mode="lines+markers",
             line={"dash": "dot"},
-            name=f"{fmt} (reference: seed 002, Caffe ImageNet)",
+            name=f"{fmt} (reference: Fox et al. 2015, Caffe ImageNet)",
         )
     fig.update_layout(
         title="Time to load 100 batches",
@@ -87,6 +91,7 @@ def plot_loader(result: Result, reference: Result | None = None):
     return fig
 
 
+@figure
 def plot_wait(result: Result):
     """Per step: waiting for data (red) on top of computing (blue), one panel per format."""
     from plotly.subplots import make_subplots
@@ -124,8 +129,9 @@ def plot_wait(result: Result):
     return fig
 
 
+@figure
 def plot_staging(result: Result):
-    """Left: staging time per method (live vs model). Right: seed 003's Lustre stripe table."""
+    """Left: staging time per method (live vs model). Right: Mao 2017's Lustre stripe table."""
     from plotly.subplots import make_subplots
 
     rows = result.records
@@ -134,7 +140,7 @@ def plot_staging(result: Result):
         cols=2,
         subplot_titles=(
             "staging to local disk (simulated shared FS)",
-            "reference: seed 003, Lustre rsync MB/s",
+            "reference: Mao 2017, Lustre rsync MB/s",
         ),
     )
     for tier in ("live", "model"):
@@ -148,7 +154,7 @@ def plot_staging(result: Result):
         x=labels,
         y=[r["mb_per_s"] for r in ref],
         mode="markers",
-        name="seed 003 (reference)",
+        name="Mao 2017 (reference)",
         row=1,
         col=2,
     )

@@ -1,6 +1,6 @@
 """Tar shards read sequentially, WebDataset-style (chapter 04).
 
-"Small files should be moved to /tmp in a tar format" (seed 003): a tar is one file, so one
+"Small files should be moved to /tmp in a tar format" (Mao 2017): a tar is one file, so one
 metadata operation, then a long sequential read that a parallel filesystem serves at full
 bandwidth. Each shard ``shard-SSSSSS.tar`` holds ``per_shard`` samples as members
 ``IIIIIIII.raw`` (the sample's bytes) and ``IIIIIIII.cls`` (the label as text), in order.

@@ -1,6 +1,6 @@
 """Experiment ``staging``: copy the dataset to node-local disk first (chapter 04).
 
-Seed 003's advice for Lustre: it is fast for big sequential files and slow for many small ones
+Mao 2017's advice for Lustre: it is fast for big sequential files and slow for many small ones
 (every open is a round trip to the metadata server), so "move small files to /tmp in a tar
 format". Here the same dataset is staged from a "shared" directory to node-local scratch
 (``$SLURM_TMPDIR``, ``$TMPDIR``) three ways: N small files one by one, one tar (copied, then
@@ -9,7 +9,7 @@ unpacked locally), one LMDB file.
 On a laptop there is no Lustre, so the shared side is a clearly labelled **simulated shared
 filesystem**: every open sleeps ``open_latency_ms`` and reads are throttled to
 ``read_mb_per_s``. The records keep the simulated and the real seconds apart, a ``model`` row
-predicts ``opens x latency + MB / bandwidth``, and seed 003's stripe-count table is bundled as
+predicts ``opens x latency + MB / bandwidth``, and Mao 2017's stripe-count table is bundled as
 the reference for what real Lustre delivers.
 """
 
@@ -154,7 +154,7 @@ def run_staging(config: StagingConfig, progress: Progress) -> Result:
                 "formula": "opens x open_latency + bytes / bandwidth",
             }
         )
-    ref = load_reference("seed003_lustre_stripes")
+    ref = load_reference("mao2017_lustre_stripes")
     records.extend(ref.records)
     progress.update(len(config.methods) + 1, len(config.methods) + 1, "")
     return make_result("staging", config, records)

@@ -1,5 +1,10 @@
-"""Notebook views: widget panels for experiments (chapter 00)."""
+"""Notebook views: widget panels for experiments, and the live views built on them (chapter 00).
 
-from hpclab.widgets.panel import CONTROL_CLASS, ExperimentPanel, panel, update_figure
+Topic packages never import this package: they expose data and hooks; the views live here.
+"""
 
-__all__ = ["CONTROL_CLASS", "ExperimentPanel", "panel", "update_figure"]
+from hpclab.widgets.controls import CONTROL_CLASS
+from hpclab.widgets.figure_view import FIGURE_CLASS, FigureView
+from hpclab.widgets.panel import ExperimentPanel, panel
+
+__all__ = ["CONTROL_CLASS", "FIGURE_CLASS", "ExperimentPanel", "FigureView", "panel"]

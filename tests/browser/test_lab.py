@@ -2,16 +2,20 @@
 
 Checks, in order: every code cell ran (has an execution count) with the kernel idle again; no
 output shows a Python traceback; at least one ipywidgets widget and one plotly plot rendered;
-moving the notebook's control changes the data of the plot it drives.
+moving the notebook's control changes the data of the plot it drives; after saving and reloading
+the page (the kernel still running) every live figure draws again, and the control still
+drives it.
 
 Convention shared with the notebooks: the interactive control (a slider or dropdown) carries the
-CSS class ``hpclab-control`` (``widget.add_class("hpclab-control")``) and the ``FigureWidget`` it
-drives carries ``hpclab-figure``; without the latter the last plotly plot on the page is used.
+CSS class ``hpclab-control`` (``widget.add_class("hpclab-control")``) and the live figure it
+drives (:class:`hpclab.widgets.FigureView`) carries ``hpclab-figure``; without the latter the
+last plotly plot on the page is used.
 
 Run:  pytest -m browser tests/browser -v
 Env:  HPCLAB_BROWSER_NOTEBOOK=path.ipynb  test that notebook instead of notebooks/00_welcome.ipynb
       HPCLAB_REQUIRE_BROWSER=1            a missing Chromium/Playwright fails instead of skipping
       HPCLAB_CHROMIUM=/path/to/chromium   another Chromium binary (default /usr/bin/chromium)
+      HPCLAB_SCREENSHOTS=dir              save dir/<notebook>-run.png and -reload.png (for review)
 Only the notebook file is copied into the server's temporary root (no sibling files).
 On failure: test-artifacts/<test id>/ holds screenshot.png, page.txt, console.txt, jupyter-lab.log.
 """
@@ -36,6 +40,8 @@ if not NOTEBOOK.is_absolute():
 KERNEL_IDLE_TIMEOUT_S = 90
 RUN_ALL_TIMEOUT_S = 240
 PLOT_CHANGE_TIMEOUT_S = 20
+RELOAD_DRAW_TIMEOUT_S = 60
+SCREENSHOTS = os.environ.get("HPCLAB_SCREENSHOTS")
 
 # --- selectors ---------------------------------------------------------------------------------
 NOTEBOOK_PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"
@@ -45,6 +51,7 @@ WIDGET = ".jp-OutputArea-output .jupyter-widgets"
 PLOT = ".js-plotly-plot"
 CONTROL = ".hpclab-control"
 FIGURE = ".hpclab-figure.js-plotly-plot, .hpclab-figure .js-plotly-plot"
+LIVE_FIGURES = ".hpclab-figure"
 
 # Error text: IPython tracebacks, or a bare "SomethingError: ..." line (SyntaxError has no
 # "Traceback" header). Warnings on stderr ("UserWarning: ...") are allowed.
@@ -190,6 +197,57 @@ def _log_console(page) -> str:
         return f"(could not read the Log Console: {exc!r})"
 
 
+def _live_figures_drawn(page) -> tuple[int, int]:
+    """(live figure areas on the page, how many of them show a plotly plot with data)."""
+    return page.evaluate(
+        """(sel) => {
+          const areas = Array.from(document.querySelectorAll(sel));
+          const drawn = a => {  // an svg alone is not enough: a blank plot has one too
+            const p = a.querySelector('.js-plotly-plot');
+            return p && p.querySelector('.main-svg') && p.data && p.data.length > 0;
+          };
+          return [areas.length, areas.filter(drawn).length];
+        }""",
+        LIVE_FIGURES,
+    )
+
+
+def _save_and_reload(page, rel: str) -> None:
+    """Save the notebook (outputs and widget views), reload the page, wait for the kernel."""
+    page.keyboard.press("Control+s")
+    page.wait_for_timeout(1500)
+    page.reload(wait_until="domcontentloaded")
+    page.wait_for_selector(f"{NOTEBOOK_PANEL} .jp-Notebook", timeout=60_000)
+    _wait_kernel_idle(page, KERNEL_IDLE_TIMEOUT_S)
+
+
+def _wait_live_figures(page, expected: int, timeout_s: float) -> tuple[int, int]:
+    deadline = time.monotonic() + timeout_s
+    got = _live_figures_drawn(page)
+    while got[1] < expected and time.monotonic() < deadline:
+        page.wait_for_timeout(250)
+        got = _live_figures_drawn(page)
+    return got
+
+
+def _screenshot(page, name: str) -> None:
+    """For review: the page, then every output holding a plot, a widget or a table."""
+    if not SCREENSHOTS:
+        return
+    out = Path(SCREENSHOTS)
+    out.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(out / f"{name}.png"))
+    outputs = page.locator(
+        ".jp-Cell-outputArea:has(.js-plotly-plot), .jp-Cell-outputArea:has(.jupyter-widgets),"
+        " .jp-Cell-outputArea:has(table), .jp-Cell-outputArea:has(.hpclab-figure)"
+    )
+    for i in range(outputs.count()):
+        try:
+            outputs.nth(i).screenshot(path=str(out / f"{name}-{i:02d}.png"), timeout=10_000)
+        except Exception:  # review aid only: a detached output is skipped
+            continue
+
+
 def _fmt(value: str | None) -> str:
     """aria values are floats as strings ("10.0"); IntSlider wants "10"."""
     if value is None:
@@ -253,8 +311,28 @@ def test_run_all_and_interact(
         )
         errors = _error_outputs(page)
         assert not errors, "the control's callback raised:\n" + "\n---\n".join(errors)
+        _screenshot(page, f"{notebook.stem}-run")
+
+        # a browser reload with the kernel alive: every live figure draws again, still live
+        areas, drawn = _live_figures_drawn(page)
+        _save_and_reload(page, rel)
+        got = _wait_live_figures(page, drawn, RELOAD_DRAW_TIMEOUT_S)
+        _screenshot(page, f"{notebook.stem}-reload")
+        assert drawn > 0 and got[1] >= drawn, (
+            f"after a reload {got[1]} of {got[0]} live figures drew again (before: {drawn} of "
+            f"{areas}); console:\n" + "\n".join(console[-20:])
+        )
+        before = page.evaluate(JS_PLOT_DATA, FIGURE)
+        action2 = _change_control(page)
+        after = before
+        deadline = time.monotonic() + PLOT_CHANGE_TIMEOUT_S
+        while after == before and time.monotonic() < deadline:
+            page.wait_for_timeout(250)
+            after = page.evaluate(JS_PLOT_DATA, FIGURE)
+        assert after != before, f"after the reload, {action2} did not redraw the figure"
         timings["total_s"] = time.monotonic() - t0
-        print(f"{rel}: {len(prompts)} code cells; {action}; plot {figure!r}; timings {timings}")
+        print(f"{rel}: {len(prompts)} code cells; {action}; plot {figure!r}; reload: {got[1]} "
+              f"live figures drew again; timings {timings}")  # fmt: skip
     except BaseException:
         out = save_artifacts(request.node.nodeid, page=page, server=server, console=console)
         print(f"artifacts saved to {out}")
@@ -281,7 +359,16 @@ def test_every_chapter_runs_clean_in_the_browser(
     timings: dict[str, float] = {}
     try:
         prompts = _open_run_all_and_check(page, server, rel, timings, t0)
-        print(f"{rel}: {len(prompts)} code cells; timings {timings}")
+        _screenshot(page, f"{notebook.stem}-run")
+        areas, drawn = _live_figures_drawn(page)
+        _save_and_reload(page, rel)
+        got = _wait_live_figures(page, drawn, RELOAD_DRAW_TIMEOUT_S)
+        _screenshot(page, f"{notebook.stem}-reload")
+        assert got[1] >= drawn, (
+            f"after a reload {got[1]} of {got[0]} live figures drew again (before: {drawn})"
+        )
+        print(f"{rel}: {len(prompts)} code cells; {drawn} of {areas} live figures drawn, "
+              f"{got[1]} after a reload; timings {timings}")  # fmt: skip
     except BaseException:
         out = save_artifacts(request.node.nodeid, page=page, server=server, console=console)
         print(f"artifacts saved to {out}")

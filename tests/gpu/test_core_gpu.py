@@ -42,6 +42,29 @@ def test_nccl_world_size_one():
     assert launch(_nccl_rank, 1, backend="nccl", device="cuda") == [("nccl", "cuda:0", 1.0)]
 
 
+def test_auto_places_ranks_on_gpus_when_each_gets_one():
+    from hpclab.dist import launch, place
+
+    n = torch.cuda.device_count()
+    p = place(n)
+    assert p.device == "cuda" and p.devices[-1] == f"cuda:{n - 1}"
+    assert p.backend == ("nccl" if n > 1 else "none")
+    assert place(n + 1).device == "cpu"  # one rank more than GPUs: CPU ranks, and said so
+    assert "fewer than one per rank" in place(n + 1).note
+    if n > 1:
+        assert launch(_nccl_rank, n)[-1] == ("nccl", f"cuda:{n - 1}", n * (n + 1) / 2)
+
+
+def test_inprocess_rank_on_the_gpu_tears_down_its_group():
+    import torch.distributed as dist
+
+    from hpclab.dist import launch
+
+    for _ in range(2):  # the second run would fail if the first left its group behind
+        got = launch(_nccl_rank, 1, backend="nccl", device="cuda", inprocess=True)
+        assert got == [("nccl", "cuda:0", 1.0)] and not dist.is_initialized()
+
+
 def test_fork_after_cuda_init_is_refused_with_a_clear_message():
     code = (
         "import torch\n"

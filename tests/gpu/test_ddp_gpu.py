@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from hpclab import experiments
-from hpclab.ddp.worker import TrainSpec, batches, build_model, dataset, ddp_worker
+from hpclab.ddp.worker import TrainSpec, batches, dataset, ddp_worker
 from hpclab.dist import RankContext, launch
-from hpclab.train import train_step
+from hpclab.train import make_model, train_step
 
 pytestmark = pytest.mark.gpu
 
@@ -32,7 +32,7 @@ def test_world_size_one_with_nccl_runs_ddp():
 
 def _plain_loop(ctx: RankContext, spec: TrainSpec) -> float:
     """The loop people write: same data pipeline and step, perf_counter + synchronize."""
-    model = build_model(spec.model, spec.side**2, spec.seed).to(ctx.device)
+    model = make_model(spec.model, spec.side**2, seed=spec.seed).to(ctx.device)
     opt = torch.optim.SGD(model.parameters(), lr=spec.lr)
     stream = batches(ctx, spec, dataset(spec))
     times = []

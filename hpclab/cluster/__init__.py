@@ -1,0 +1,10 @@
+"""Chapter 07, "On the cluster": Slurm jobs from the notebook, the same training on several
+nodes, checkpoint and restart under a time limit, job arrays, site profiles.
+
+One concept per module: :mod:`~hpclab.cluster.spec` (what a job asks for),
+:mod:`~hpclab.cluster.profiles` (what a site offers), :mod:`~hpclab.cluster.script` (the job
+script), :mod:`~hpclab.cluster.slurm` (sbatch/squeue/scontrol/sacct/scancel), :mod:`~hpclab.cluster.local`
+(finding a Slurm; the project's local one), :mod:`~hpclab.cluster.runner` (job directories),
+then one module per experiment (``hello``, ``multinode``, ``requeue`` with ``resumable`` and
+``checkpoint``, ``arrays``), ``plots``, ``tiers`` (live or recorded) and ``allocation``.
+"""

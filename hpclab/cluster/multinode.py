@@ -1,0 +1,172 @@
+"""Experiment ``ddp-multinode``: chapter 06's DDP training on several nodes (chapter 07, section 2).
+
+The job asks for ``nodes`` nodes with one task each; ``srun`` starts one ``torchrun`` per node
+(``--nnodes N --nproc-per-node R``), the torchrun launchers meet through c10d rendezvous on the first node
+(its address from ``scontrol show node``, a free port chosen in the job), and every rank runs
+:func:`hpclab.ddp.worker.ddp_worker` (the same function chapter 06 launches on one machine)
+through :func:`hpclab.dist.torchrun.torchrun_context`. Rank 0 writes its timings and final
+weights into the job directory.
+
+Layouts: ``N x R`` (several nodes), ``1 x N*R`` (the same world on one node) and, in this
+process, one rank with the combined batch (N*R x the per-rank batch). Records carry
+``samples_per_s``, ``step_s`` and ``params_max_diff`` (largest |weight - one process's weight|;
+data parallel training equals one process with the combined batch, up to float rounding).
+
+Run by hand: ``python -m hpclab.cluster.multinode SPEC_JSON OUT_DIR`` under ``torchrun``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+
+from hpclab.cluster import local
+from hpclab.cluster.runner import python, require_cluster, submit
+from hpclab.cluster.spec import JobSpec
+from hpclab.config import Config, param
+from hpclab.ddp.worker import TrainSpec, ddp_worker
+from hpclab.progress import Progress
+from hpclab.results import Result, make_result
+
+
+@dataclass(frozen=True)
+class MultinodeConfig(Config):
+    nodes: int = param(2, min=1, max=64, help="nodes (one torchrun on each)")
+    ranks_per_node: int = param(2, min=1, max=8, help="ranks per node (--nproc-per-node)")
+    per_rank_batch: int = param(8, min=1, max=4096, help="batch per rank")
+    model: str = param("tiny", choices=("tiny", "large"), help="chapter 06's models")
+    steps: int = param(20, min=1, max=10000, quick=6, help="timed steps")
+    one_node: bool = param(True, quick=False, help="also run the same world on one node")
+    seed: int = param(0, min=0, max=2**31 - 1, help="data, shuffle and weight seed")
+
+
+def train_spec(config: MultinodeConfig) -> TrainSpec:
+    return TrainSpec(
+        model=config.model,
+        per_rank_batch=config.per_rank_batch,
+        steps=config.steps,
+        warmup=2,
+        seed=config.seed,
+        samples=max(1024, 4 * config.per_rank_batch * config.nodes * config.ranks_per_node),
+        measure_compute=False,
+        measure_allreduce=False,
+        return_params=True,
+    )
+
+
+def torchrun_commands(ranks_per_node: int, module_args: str) -> list[str]:
+    """The job's lines: find the first node's address and a free port, then srun torchrun."""
+    return [
+        'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        # On a cluster NodeAddr is the node's name; on the local cluster every node is 127.0.0.1.
+        "head_addr=$(scontrol show node \"$head\" -o | sed -n 's/.* NodeAddr=\\([^ ]*\\).*/\\1/p')",
+        f"port=$({python()} -c 'import socket; s=socket.socket(); s.bind((\"\", 0)); print(s.getsockname()[1])')",
+        # torchrun keeps its files in TMPDIR: the job's scratch, removed with the job
+        'export TMPDIR="$SLURM_TMPDIR"',
+        f"srun --ntasks-per-node=1 {python()} -m torch.distributed.run "
+        f"--nnodes=$SLURM_JOB_NUM_NODES --nproc-per-node={ranks_per_node} "
+        "--rdzv-backend=c10d --rdzv-endpoint=$head_addr:$port --rdzv-id=$SLURM_JOB_ID "
+        f"-m hpclab.cluster.multinode {module_args}",
+    ]
+
+
+def job_spec(nodes: int, ranks_per_node: int, cores_per_node: int) -> JobSpec:
+    """One task (torchrun) per node, with a core per rank where the node has them."""
+    return JobSpec(
+        name=f"ddp-{nodes}x{ranks_per_node}",
+        nodes=nodes,
+        ntasks_per_node=1,
+        cpus_per_task=min(ranks_per_node, cores_per_node),
+        time="00:10:00",
+        mem="1G",
+    )
+
+
+def run_layout(cluster, site, spec: TrainSpec, nodes: int, rpn: int, progress: Progress) -> dict:
+    """One training job with ``nodes`` x ``rpn`` ranks; rank 0's output and weights."""
+    from hpclab.cluster.runner import new_workdir
+
+    work = new_workdir(f"ddp-{nodes}x{rpn}")
+    (work / "spec.json").write_text(json.dumps(asdict(spec)))
+    cmds = torchrun_commands(rpn, f"{work / 'spec.json'} {work}")
+    job = submit(
+        cluster, site, job_spec(nodes, rpn, site.partition(None).cpus_per_node), cmds, workdir=work
+    )
+    state = job.result(timeout_s=300, progress=progress)
+    out = json.loads((work / "rank0.json").read_text())
+    out["flat_params"] = torch.load(work / "params.pt")
+    out["job_id"], out["restarts"] = job.job_id, state.restarts
+    return out
+
+
+def run_multinode(config: MultinodeConfig, progress: Progress) -> Result:
+    from hpclab.dist import launch
+
+    cluster = require_cluster()
+    site = local.site_profile(cluster)
+    spec = train_spec(config)
+    world = config.nodes * config.ranks_per_node
+    layouts = [(config.nodes, config.ranks_per_node)]
+    if config.one_node and config.nodes > 1:
+        layouts.append((1, world))
+    total = len(layouts) + 1
+    progress.update(0, total, "one process with the combined batch")
+    serial = launch(
+        ddp_worker, 1, args=(replace(spec, per_rank_batch=spec.per_rank_batch * world),)
+    )
+    ref = serial[0]["flat_params"]
+    records = []
+    for i, (n, r) in enumerate(layouts, start=1):
+        progress.update(i, total, f"{n} node(s) x {r} ranks")
+        out = run_layout(cluster, site, spec, n, r, progress)
+        records.append(
+            {
+                "layout": f"{n}x{r}",
+                "nodes": n,
+                "ranks_per_node": r,
+                "world": n * r,
+                "job_id": out["job_id"],
+                "step_s": out["step_s"],
+                "samples_per_s": spec.per_rank_batch * n * r / out["step_s"],
+                "params_max_diff": float((out["flat_params"] - ref).abs().max()),
+                "replica_max_diff": out["params_max_diff"],
+                "loss_last": out["loss_last"],
+            }
+        )
+    records.append(
+        {
+            "layout": "1 process",
+            "nodes": 1,
+            "ranks_per_node": 1,
+            "world": 1,
+            "step_s": serial[0]["step_s"],
+            "samples_per_s": spec.per_rank_batch * world / serial[0]["step_s"],
+            "params_max_diff": 0.0,
+            "loss_last": serial[0]["loss_last"],
+        }
+    )
+    progress.update(total, total, "done")
+    return make_result("ddp-multinode", config, records)
+
+
+def main(argv: list[str]) -> None:
+    """One rank under torchrun: train, and rank 0 writes rank0.json and params.pt to OUT_DIR."""
+    from hpclab.dist.torchrun import torchrun_context
+
+    spec = TrainSpec(**json.loads(Path(argv[0]).read_text()))
+    out_dir = Path(argv[1])
+    with torchrun_context() as ctx:
+        out = ddp_worker(ctx, spec)
+        if ctx.is_main:
+            torch.save(out.pop("flat_params"), out_dir / "params.pt")
+            tmp = out_dir / "rank0.json.tmp"
+            tmp.write_text(json.dumps(out))
+            tmp.rename(out_dir / "rank0.json")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,62 @@
+"""The rank handle under ``torchrun`` (chapter 07: the same worker across nodes).
+
+The chapter 00 launcher starts ranks on one machine and hands each a :class:`RankContext`.
+Across nodes the course uses the field's engine instead: Slurm starts one ``torchrun`` per node,
+the ``torchrun`` launchers meet (c10d rendezvous on the first node) and start the ranks with
+``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and
+``MASTER_PORT`` in their environment. :func:`torchrun_context` reads them, joins the process
+group (``env://``), and yields the same :class:`RankContext`, so a worker written for the
+launcher runs unchanged under ``torchrun``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+from collections.abc import Iterator
+
+from hpclab.dist.context import RankContext, destroy_process_group, set_threads
+
+
+def context_from_env(timeout_s: float = 120.0) -> RankContext:
+    """This rank's context from torchrun's environment (not yet in a process group)."""
+    import torch
+
+    try:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    except KeyError as exc:
+        raise RuntimeError(f"{exc.args[0]} is not set: run this under torchrun") from None
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    gpus = torch.cuda.device_count()
+    if gpus >= local_world:  # each rank owns a GPU: NCCL
+        backend, device = "nccl", f"cuda:{local_rank}"
+    else:
+        backend, device = "gloo", "cpu"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return RankContext(rank, world, backend, device, max(1, (cores or 1) // local_world))
+
+
+@contextlib.contextmanager
+def torchrun_context(timeout_s: float = 120.0) -> Iterator[RankContext]:
+    """Join torchrun's process group for the block; always leave it (all ranks together)."""
+    import torch.distributed as dist
+
+    ctx = context_from_env(timeout_s)
+    set_threads(ctx.threads)
+    kwargs = {}
+    if ctx.backend == "nccl":
+        import torch
+
+        torch.cuda.set_device(int(ctx.device.split(":")[1]))
+        kwargs["device_id"] = torch.device(ctx.device)
+    dist.init_process_group(
+        backend=ctx.backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs
+    )
+    try:
+        yield ctx
+        # Leave together: a rank tearing down gloo while a peer still talks can abort.
+        dist.barrier()
+    finally:
+        destroy_process_group()

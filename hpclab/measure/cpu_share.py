@@ -1,0 +1,107 @@
+"""How much of the allocation's CPU a run really got (chapter 00; shown beside every live result).
+
+On a shared node other processes take cores while we measure: two threads come out slower than
+one, a GEMM reaches a third of its peak, and nothing in the number says why. Around a run we read
+
+- this process's CPU seconds (``getrusage``: its threads, and rank processes it has reaped), and
+- the busy seconds of the cores we may use (``psutil.cpu_times(percpu=True)`` on the affinity set),
+
+so ``others = busy - ours`` is what other processes took from our cores meanwhile. OpenMP threads
+spin while they wait, so ``ours`` is an upper bound on useful work; ``others`` is the signal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+
+# Other processes using more than this many of our cores make a live number "disturbed".
+DISTURBED_CORES = 0.3
+
+
+@dataclass(frozen=True)
+class CpuShare:
+    cores: int  # cores this process may use
+    wall_s: float
+    own_cores: float  # CPU seconds of this process (and reaped children) / wall seconds
+    others_cores: float  # busy seconds of our cores taken by other processes / wall seconds
+
+    @property
+    def disturbed(self) -> bool:
+        return self.others_cores >= DISTURBED_CORES
+
+    def sentence(self) -> str:
+        """One line for a plot or a status ("" when the run had the cores to itself)."""
+        if not self.disturbed:
+            return ""
+        return (
+            f"you got {self.own_cores:.1f} of {self.cores} cores; other processes used "
+            f"{self.others_cores:.1f} meanwhile: these numbers are low (run again when it is quiet)"
+        )
+
+    def to_dict(self) -> dict[str, float]:
+        return {**asdict(self), "disturbed": self.disturbed}
+
+
+def _our_cpus() -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return list(range(os.cpu_count() or 1))
+
+
+def _own_seconds() -> float:
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        r = resource.getrusage(who)
+        total += r.ru_utime + r.ru_stime
+    return total
+
+
+def _busy_seconds(cpus: list[int]) -> float | None:
+    try:
+        import psutil
+
+        per = psutil.cpu_times(percpu=True)
+    except (ImportError, OSError):
+        return None
+    busy = 0.0
+    for i in cpus:
+        if i < len(per):
+            t = per[i]
+            busy += sum(t) - t.idle - getattr(t, "iowait", 0.0)
+    return busy
+
+
+class _Holder:
+    value: CpuShare | None = None
+
+
+@contextlib.contextmanager
+def measure_cpu_share() -> Iterator[_Holder]:
+    """``with measure_cpu_share() as got: ...``; afterwards ``got.value`` is a :class:`CpuShare`."""
+    cpus = _our_cpus()
+    holder = _Holder()
+    own0, busy0, t0 = _own_seconds(), _busy_seconds(cpus), time.perf_counter()
+    try:
+        yield holder
+    finally:
+        wall = max(time.perf_counter() - t0, 1e-9)
+        own = (_own_seconds() - own0) / wall
+        busy1 = _busy_seconds(cpus)
+        others = 0.0
+        if busy0 is not None and busy1 is not None:
+            others = max(0.0, (busy1 - busy0) / wall - own)
+        holder.value = CpuShare(len(cpus), wall, own, others)
+
+
+def cpu_share(fn, cores: int | None = None) -> float:
+    """Run ``fn()``; return this process's CPU seconds / (wall seconds x cores)."""
+    with measure_cpu_share() as got:
+        fn()
+    share = got.value
+    return share.own_cores / (cores or share.cores)

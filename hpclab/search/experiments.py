@@ -1,0 +1,35 @@
+"""Chapter 08's experiment registry (read by :func:`hpclab.experiments.registry`)."""
+
+from __future__ import annotations
+
+from hpclab.experiments import Experiment
+from hpclab.search.autotune import AutotuneConfig, plot_autotune, run_autotune
+from hpclab.search.compare import StrategiesConfig, plot_strategies, run_strategies
+from hpclab.search.search_experiment import SearchConfig, plot_search, run_search
+
+EXPERIMENTS = [
+    Experiment(
+        name="search",
+        chapter="08",
+        help="hyper-parameter search: grid/random/tpe trials, sequential or on Celery workers",
+        config=SearchConfig,
+        run=run_search,
+        plot=plot_search,
+    ),
+    Experiment(
+        name="search-strategies",
+        chapter="08",
+        help="grid vs random vs model-based search at equal budget, over several seeds",
+        config=StrategiesConfig,
+        run=run_strategies,
+        plot=plot_strategies,
+    ),
+    Experiment(
+        name="autotune",
+        chapter="08",
+        help="prune a space of threads x batch x dtype x memory format, benchmark the rest",
+        config=AutotuneConfig,
+        run=run_autotune,
+        plot=plot_autotune,
+    ),
+]

@@ -1,0 +1,148 @@
+"""Plots and numbers that tell the truth: roofline points under their roof (or the reason on the
+plot), crossover axes on the data, stable colours, readable tables, the CPU share of a run."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+
+from hpclab import experiments
+from hpclab.display import plural, readable, series_color
+from hpclab.results import Result
+
+
+def test_roofline_roof_is_measured_like_its_points():
+    res = experiments.run(
+        "roofline", gemm_sizes=(16, 256), elements=2**22, conv_batch=1, repeat=3, threads=0
+    )
+    roof = next(r for r in res.records if r["kind"] == "roof" and r["tier"] == "live")
+    assert roof["elements"] >= 2**22 and roof["gbps"] >= roof["gbps_median"]
+    pts = [r for r in res.records if r["kind"] == "point" and r["tier"] == "live"]
+    for p in pts:
+        assert p["attainable_gflops"] == pytest.approx(
+            min(p["attainable_gflops"], roof["gbps"] * p["intensity"]), rel=1e-9
+        )
+        over = p["gflops"] > 1.05 * p["attainable_gflops"]
+        assert over == bool(p["note"]), p  # above the roof <=> a reason is given
+    # add and triad move the same three arrays: the same threads, sizes and cache state give
+    # the add no way to beat the roof's best triad sample by more than timing noise
+    add = next(p for p in pts if p["op"] == "add")
+    assert add["gflops"] / add["intensity"] <= 1.5 * roof["gbps"]
+
+
+def _roofline_with(add_gflops: float, cache_bytes: int | None):
+    from hpclab.compute.roofline import above_roof_note
+
+    point = {
+        "kind": "point", "tier": "live", "op": "add", "label": "add", "intensity": 1 / 12,
+        "gflops": add_gflops, "attainable_gflops": 10 / 12, "working_set_bytes": 3 * 4 * 2**22,
+        "device": "cpu",
+    }  # fmt: skip
+    point["note"] = above_roof_note(point, cache_bytes)
+    roofs = [
+        {"kind": "roof", "tier": "live", "roof": "memory", "gbps": 10.0, "device": "cpu"},
+        {"kind": "roof", "tier": "model", "roof": "compute", "peak_gflops": 500.0, "device": "cpu"},
+    ]
+    return Result("roofline", {}, {}, roofs + [point])
+
+
+def test_a_point_above_its_roof_carries_the_reason_on_the_plot():
+    plot = experiments.get("roofline").plot
+    under = plot(_roofline_with(0.5, None))
+    assert not under.layout.annotations
+    busy = _roofline_with(3.0, None)
+    assert "busier while the roof was measured" in busy.records[-1]["note"]
+    fig = plot(busy)
+    texts = " ".join(a.text for a in fig.layout.annotations)
+    assert "busier while the roof" in texts.replace("<br>", " ")
+    marked = [t for t in fig.data if t.name and "above its roof" in t.name]
+    assert marked and marked[0].y[0] == 3.0
+    cached = _roofline_with(3.0, 2**30)
+    assert "fit in the 1024 MiB cache" in cached.records[-1]["note"]
+
+
+def test_crossover_axis_stays_on_the_data():
+    res = experiments.run(
+        "crossover", device="cpu", matmul_sizes=(8, 64), add_sizes=(256, 65536), repeat=2
+    )
+    cross = [r for r in res.records if r["kind"] == "crossover"]
+    cross[0]["predicted_size"] = 1e105  # what an unlucky fit predicted
+    fig = experiments.get("crossover").plot(res)
+    for axis in (fig.layout.xaxis, fig.layout.xaxis2):
+        lo, hi = axis.range
+        assert hi <= math.log10(65536) + 0.2 and lo >= math.log10(8) - 0.2
+    assert any("beyond the sizes measured" in a.text for a in fig.layout.annotations)
+
+
+def test_one_colour_per_series_in_every_subplot_and_run():
+    res = experiments.run("ops", device="cpu", elements=2**12, batch=1, repeat=1, threads=1)
+    fig = experiments.get("ops").plot(res)
+    by_name: dict[str, set] = {}
+    for t in fig.data:
+        key = t.legendgroup or t.name
+        by_name.setdefault(key, set()).add(t.marker.color)
+    assert all(len(c) == 1 for c in by_name.values()), by_name
+    first = {k: series_color(k) for k in ("run A", "run B")}
+    series_color("run C")  # a run added later never recolours the earlier ones
+    assert {k: series_color(k) for k in first} == first and first["run A"] != first["run B"]
+
+
+def test_tables_show_counts_as_integers_and_three_significant_digits():
+    import pandas as pd
+
+    df = readable(
+        pd.DataFrame(
+            {"workers": [0.0, 2.0], "samples_per_s": [20498.674094, 1234.5], "loss": [0.1234, 0.5]}
+        )
+    )
+    text = df.to_string()
+    assert "0.0" not in text.split("\n")[1].split()[1]  # workers 0, not 0.0
+    assert "20499" in text and "20498.674094" not in text and "0.123" in text
+    assert plural(1, "thread") == "1 thread" and plural(2, "thread") == "2 threads"
+
+
+def test_cpu_share_sees_another_process_on_our_cores():
+    from hpclab.measure.cpu_share import measure_cpu_share
+
+    code = "import time\nt=time.time()\nwhile time.time()-t<1.5: pass"
+    hog = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        with measure_cpu_share() as got:
+            import time
+
+            time.sleep(1.0)
+    finally:
+        hog.wait(10)
+    share = got.value
+    assert share.own_cores < 0.2  # we slept
+    assert share.others_cores >= 0.5 and share.disturbed  # the hog held a core
+    assert "other processes used" in share.sentence()
+
+
+def test_doctor_report_wraps_at_spaces_only():
+    from hpclab.doctor import REPORT_WIDTH, format_report, run_checks
+    from hpclab.measure.sysinfo import system_info
+
+    info = system_info()
+    info["cpu_model"] = "A very long CPU model name " * 4 + "with 12345.678 GHz"
+    text = format_report(run_checks(info), info)
+    assert all(len(line) <= REPORT_WIDTH for line in text.splitlines())
+    assert "12345.678" in text  # the number is whole on one line
+
+
+def test_datasets_are_bounded_announced_and_cleaned(tmp_path, monkeypatch, capsys):
+    from hpclab.storage import workspace
+
+    monkeypatch.setenv("HPCLAB_DATA", str(tmp_path))
+    monkeypatch.setenv("HPCLAB_DATA_MAX_MB", "0")  # keep only what is in use
+    monkeypatch.setattr(workspace, "_in_use", set())
+    first = workspace.prepared("files-npy", 64, (1, 8, 8))
+    assert "datasets go to" in capsys.readouterr().err  # said once ...
+    workspace._in_use.clear()  # the first dataset is no longer in use
+    second = workspace.prepared("files-npy", 32, (1, 8, 8))
+    assert "datasets go to" not in capsys.readouterr().err  # ... not twice
+    assert second.is_dir() and not first.exists()  # the least recently used one went
+    assert "freed" in workspace.clean() and workspace.usage_mb(tmp_path) == 0

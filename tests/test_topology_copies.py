@@ -1,0 +1,113 @@
+"""Chapter 02: copy bandwidth records against a plain memcpy, first-touch vs warm, the
+copy/compute pipeline model, and the GPU-less paths saying what is missing."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from hpclab import experiments
+from hpclab.compute.device import torch_threads
+from hpclab.config import ConfigError
+from hpclab.topology import copies, overlap
+
+
+def _plain_best_gbps(nbytes: int, repeat: int = 20) -> float:
+    src = torch.ones(nbytes, dtype=torch.uint8)
+    dst = torch.zeros(nbytes, dtype=torch.uint8)
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        best = min(best, time.perf_counter() - t0)
+    return nbytes / best / 1e9
+
+
+def test_host_copy_records_are_bytes_over_seconds_and_match_a_plain_loop():
+    res = experiments.run(
+        "host-copy", sizes_kib=(1024,), memory=("warm",), repeat=20, references=False
+    )
+    (rec,) = [r for r in res.records if r.get("gbps")]
+    assert rec["memory"] == "warm" and rec["direction"] == "host" and rec["bytes"] == 2**20
+    assert rec["gbps"] == pytest.approx(rec["bytes"] / rec["seconds"] / 1e9)
+    with torch_threads(1):
+        plain = _plain_best_gbps(2**20)
+    # same copy, same thread count: hpclab's best sample is the plain loop's best within noise
+    assert 0.33 < rec["gbps_best"] / plain < 3.0
+
+
+def test_first_touch_pays_for_page_faults():
+    n = 16 * 2**20
+    with torch_threads(1):
+        warm, _ = copies.host_copy(n, "warm", repeat=5)
+        fresh, _ = copies.host_copy(n, "first-touch", repeat=5)
+    assert fresh.min_s > warm.min_s  # every 4 KiB page is faulted in and zeroed first
+
+
+def test_locked_buffer_copies_like_a_warm_one_or_says_why():
+    timing, note = copies.host_copy(2**20, "locked", repeat=3)
+    assert timing.median_s > 0 and (note == "" or "RLIMIT_MEMLOCK" in note)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only path")
+def test_gpu_kinds_without_a_gpu_say_so_in_one_sentence():
+    res = experiments.run("host-copy", sizes_kib=(4,), memory=("warm", "pinned"), repeat=3)
+    (missing,) = [r for r in res.records if r.get("memory") == "pageable/pinned"]
+    assert (
+        missing["note"].endswith(".") and ". " not in missing["note"] and "CUDA" in missing["note"]
+    )
+    refs = [r for r in res.records if r["tier"] == "reference"]
+    assert {r["gbps"] for r in refs} == {6.0, 55.6} and all(r["source"] for r in refs)
+    p2p = experiments.run("p2p", processes=False)
+    assert "two GPUs" in p2p.records[0]["note"] and len(p2p.records) == 1
+    with pytest.raises(ConfigError, match="no GPU"):
+        experiments.run("host-copy", device="cuda")
+
+
+def test_sizes_too_large_are_refused_with_the_limit():
+    with pytest.raises(ConfigError, match="available"):
+        experiments.run("host-copy", sizes_kib=(2**28,), memory=("warm",))  # 256 GiB
+    with pytest.raises(ConfigError, match="sizes_kib"):
+        experiments.run("host-copy", sizes_kib=(0,))
+
+
+@pytest.mark.parametrize("copy_s,compute_s", [(0.01, 0.03), (0.03, 0.01), (0.02, 0.02)])
+def test_pipeline_schedule_agrees_with_the_formula(copy_s, compute_s):
+    for steps in (2, 3, 8):
+        events = overlap.schedule(copy_s, compute_s, steps, overlapped=True)
+        end = max(e["end_s"] for e in events)
+        assert end == pytest.approx(overlap.pipelined_total(copy_s, compute_s, steps))
+        serial = overlap.schedule(copy_s, compute_s, steps, overlapped=False)
+        assert max(e["end_s"] for e in serial) == pytest.approx(
+            overlap.serial_total(copy_s, compute_s, steps)
+        )
+        # a compute never starts before its own batch arrived
+        by = {(e["step"], e["op"]): e for e in events}
+        assert all(by[(i, "compute")]["start_s"] >= by[(i, "copy")]["end_s"] for i in range(steps))
+
+
+def test_overlap_experiment_on_this_machine():
+    res = experiments.run("overlap")
+    totals = {r["mode"]: r for r in res.records if r["record"] == "total" and r["tier"] == "model"}
+    assert totals["overlapped"]["seconds"] < totals["serial"]["seconds"]
+    if not torch.cuda.is_available():
+        compute = next(r for r in res.records if r.get("op") == "compute" and r["tier"] == "live")
+        assert compute["seconds"] == pytest.approx(totals["serial"]["compute_s"])
+        assert "CUDA" in totals["serial"]["note"]
+    assert len(experiments.get("overlap").plot(res).data) == 2
+
+
+def test_process_copies_one_hop_beats_extra_buffers():
+    """The CPU analogue of P2P vs staging: shared memory vs gloo vs a pickled object."""
+    if torch.cuda.is_available():
+        pytest.skip("the GPU path measures GPU pairs instead")
+    res = experiments.run("p2p", size_mib=16, repeat=3)
+    by = {r["method"]: r for r in res.records if r.get("record") == "process"}
+    assert set(by) == {"shared memory", "gloo send/recv", "pickled object"}
+    assert all(r["bytes"] == 16 * 2**20 and r["repeats"] == 3 for r in by.values())
+    # best samples: one memory-to-memory hop, then the socket, then pickle + socket + unpickle
+    assert by["shared memory"]["seconds_min"] < by["pickled object"]["seconds_min"]
+    assert by["gloo send/recv"]["seconds_min"] < by["pickled object"]["seconds_min"]
+    assert len(experiments.get("p2p").plot(res).data) == 1
