@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from hpclab.ddp.worker import TrainSpec
-from hpclab.train import make_model
 from hpclab.dist import launch
 from hpclab.parallel.data_parallel import make_buckets
 from hpclab.parallel.dp_experiment import IMPLS, dp_worker
+from hpclab.train import make_model
 
 # 512 samples of 8x8; the check phase trains `warmup` steps on identical batches per impl.
 SPEC = TrainSpec(
