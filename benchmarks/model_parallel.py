@@ -29,7 +29,7 @@ def main() -> int:
     from hpclab.measure.sysinfo import usable_cores
 
     load = os.getloadavg()[0]
-    print(f"load average {load:.1f} on {usable_cores()[0]} usable core(s) before the runs")
+    print(f"load average {load:.1f} on {usable_cores()} usable core(s) before the runs")
 
     try:
         dp = experiments.run(
