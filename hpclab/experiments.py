@@ -26,6 +26,7 @@ TOPICS: tuple[str, ...] = (
     "hpclab.storage.experiments",
     "hpclab.sgd.experiments",
     "hpclab.ddp.experiments",
+    "hpclab.parallel.experiments",
     "hpclab.cluster.experiments",
     "hpclab.search.experiments",
 )
