@@ -7,7 +7,6 @@ import tarfile
 
 import lmdb
 import numpy as np
-import psutil
 import pytest
 import torch
 from torch.utils.data import Dataset
@@ -179,8 +178,7 @@ def test_lazy_dataset_checks_the_mechanism_not_only_the_samples(cls, advice):
 def test_a_failing_worker_is_reported_once_and_leaves_no_process(no_orphans):
     r = check.lazy_dataset(FailsInWorkers)
     assert not r.passed and "ValueError: boom in a worker" in r.message
-    assert "ValueError: ValueError" not in r.message
-    assert not psutil.Process().children(recursive=True)
+    assert "ValueError: ValueError" not in r.message  # no_orphans: no worker process is left
 
 
 def test_lazy_dataset_rejects_wrong_decoding():

@@ -196,12 +196,13 @@ def test_cancel_stops_all_ranks_within_seconds():
 
 
 def test_scaling_explorer_panel_runs_and_caps_ranks(monkeypatch):
-    import hpclab.ddp.ddp_experiment as tr
+    from hpclab.dist.placement import gpu_count
+    from hpclab.measure.sysinfo import usable_cores
     from hpclab.widgets.scaling_explorer import scaling_explorer
 
     monkeypatch.setenv("HPCLAB_QUICK", "1")
     view = scaling_explorer()
-    assert view.controls["ranks"].max == max(2, tr.gpu_count(), tr.usable_cores())
+    assert view.controls["ranks"].max == max(2, gpu_count(), usable_cores())
     assert view.results and view.results[0].records[-1]["tier"] == "model"
     assert "done" in view.status.value
     view.controls["scaling"].value = "strong"

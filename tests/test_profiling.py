@@ -69,14 +69,32 @@ def test_oversubscribed_threads_are_slower():
     assert t["threads"] > 1.1 * t["healthy"], t
 
 
+_GROWTH = """
+import json, sys
+from hpclab.profiling import memory_tool
+from hpclab.profiling.patient import train
+fault = sys.argv[1]
+recs, run, error = memory_tool.rss_timeline(lambda: train(fault, steps=300, monitor=512), interval_s=0.01)
+print(json.dumps({"error": str(error or ""), "mib": memory_tool.ramp_mib_per_s(recs) * run.seconds}))
+"""
+
+
 def test_leak_grows_memory_healthy_stays_flat():
+    """Each in a fresh interpreter: a long-lived process (this test session) has freed heap that
+    a leak fills first, so its RSS would not grow."""
+    import json
+    import subprocess
+    import sys
+
     growth = {}
     for fault in ("none", "leak"):
-        recs, run, error = memory_tool.rss_timeline(
-            lambda f=fault: train(f, steps=300, monitor=512), interval_s=0.01
+        out = subprocess.run(
+            [sys.executable, "-c", _GROWTH, fault], capture_output=True, text=True, timeout=300
         )
-        assert not error
-        growth[fault] = memory_tool.ramp_mib_per_s(recs) * run.seconds
+        assert out.returncode == 0, out.stderr[-2000:]
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        assert not got["error"], got
+        growth[fault] = got["mib"]
     # ~0.25 MiB of saved activations per leaked step (a [512, 128] float32 ReLU output)
     assert growth["leak"] > 15, growth
     assert growth["none"] < 0.3 * growth["leak"], growth

@@ -63,11 +63,17 @@ def _need_broker() -> None:
 
 
 def _leftovers() -> list[str]:
-    return [
-        " ".join(p.info["cmdline"] or [])[:80]
-        for p in psutil.process_iter(["cmdline"])
-        if any("hpclab-redis-" in a or "hpclab.search.tasks" in a for a in p.info["cmdline"] or [])
-    ]
+    """Redis servers and Celery workers started by this test process that are still alive
+    (another user's, or another test run's, on the same node are not ours)."""
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            cmd = " ".join(p.cmdline())
+        except psutil.Error:
+            continue
+        if "hpclab-redis-" in cmd or "hpclab.search.tasks" in cmd:
+            out.append(cmd[:80])
+    return out
 
 
 def test_celery_runs_the_same_trials_as_the_sequential_loop():

@@ -37,7 +37,7 @@ BATCHES = (16, 64)
 @dataclass(frozen=True)
 class ArrayConfig(Config):
     trials: int = param(8, min=1, max=len(LRS) * len(BATCHES), quick=2, help="trials (grid points)")
-    throttle: int = param(2, min=1, max=64, help="tasks running at once (%K)")
+    throttle: int = param(2, min=1, max=64, help="tasks running at once (the throttle of --array)")
     steps: int = param(60, min=1, max=10000, quick=20, help="training steps per trial")
     serial: bool = param(True, help="also run the trials one after another, for the wall time")
 

@@ -83,7 +83,7 @@ def horovod_table():
     relative to one node: images/s per GPU / (images/s per GPU on one node)."""
     from hpclab.results import load_reference
 
-    df = load_reference("seed001_horovod_resnet50").frame()
+    df = load_reference("guan2019_horovod_resnet50").frame()
     per_gpu = df.samples_per_s / df.gpus
     return df.assign(efficiency=(per_gpu / per_gpu.iloc[0]).round(2))[
         ["nodes", "gpus", "samples_per_s", "efficiency"]

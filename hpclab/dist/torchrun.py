@@ -16,26 +16,22 @@ import datetime
 import os
 from collections.abc import Iterator
 
-from hpclab.dist.context import RankContext, destroy_process_group, set_threads
+from hpclab.dist.context import RankContext, destroy_process_group
+from hpclab.dist.placement import gpu_count, place, torch_threads
 
 
 def context_from_env(timeout_s: float = 120.0) -> RankContext:
     """This rank's context from torchrun's environment (not yet in a process group)."""
-    import torch
-
     try:
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     except KeyError as exc:
         raise RuntimeError(f"{exc.args[0]} is not set: run this under torchrun") from None
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    gpus = torch.cuda.device_count()
-    if gpus >= local_world:  # each rank owns a GPU: NCCL
-        backend, device = "nccl", f"cuda:{local_rank}"
-    else:
-        backend, device = "gloo", "cpu"
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return RankContext(rank, world, backend, device, max(1, (cores or 1) // local_world))
+    # The one placement rule, for this node's ranks: a GPU each (NCCL) or CPU ranks on gloo.
+    backend = "nccl" if gpu_count() >= local_world else "gloo"
+    where = place(local_world, "auto", backend)
+    return RankContext(rank, world, where.backend, where.devices[local_rank], where.threads)
 
 
 @contextlib.contextmanager
@@ -44,7 +40,6 @@ def torchrun_context(timeout_s: float = 120.0) -> Iterator[RankContext]:
     import torch.distributed as dist
 
     ctx = context_from_env(timeout_s)
-    set_threads(ctx.threads)
     kwargs = {}
     if ctx.backend == "nccl":
         import torch
@@ -55,7 +50,8 @@ def torchrun_context(timeout_s: float = 120.0) -> Iterator[RankContext]:
         backend=ctx.backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs
     )
     try:
-        yield ctx
+        with torch_threads(ctx.threads):
+            yield ctx
         # Leave together: a rank tearing down gloo while a peer still talks can abort.
         dist.barrier()
     finally:

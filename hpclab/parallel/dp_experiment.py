@@ -197,16 +197,3 @@ def plot_dp_by_hand(result: Result):
         height=400,
     )
     return fig
-
-
-def dp_by_hand_panel(**kwargs: Any):
-    """The ``dp-by-hand`` panel of chapter 06 part 2, its ranks slider capped at what this
-    allocation offers (GPUs, else usable cores)."""
-    from hpclab.dist import gpu_count
-    from hpclab.measure.sysinfo import usable_cores
-    from hpclab.widgets import panel
-
-    view = panel("dp-by-hand", fields=("ranks", "model", "batch_size", "bucket_cap_mb"), **kwargs)
-    view.controls["ranks"].max = max(2, gpu_count(), usable_cores())
-    view.controls["batch_size"].max = 512  # a linear slider to 4096 is hard to steer
-    return view

@@ -100,16 +100,21 @@ def _celery(cfg: SearchConfig, searcher: Searcher, progress: Progress) -> list[d
                 if w in lost or proc.poll() is None:
                     continue
                 lost.add(w)
-                alive = len(pool.procs) - len(lost)
+                live = [f"w{i}@" for i in range(len(pool.procs)) if i not in lost]
                 for index, (res, params, t_submit) in list(running.items()):
-                    info = res.info if res.state == "STARTED" else None
-                    if not isinstance(info, dict) or not str(info.get("hostname", "")).startswith(
-                        f"w{w}@"
-                    ):
+                    if res.ready():
                         continue
+                    info = res.info if res.state == "STARTED" else None
+                    host = str(info.get("hostname", "")) if isinstance(info, dict) else ""
+                    if any(host.startswith(h) for h in live):
+                        continue  # running on a worker that is alive
+                    # Started on the dead worker, or taken by it before it said so (still
+                    # PENDING): revoke it (a live worker drops it if it is still queued) and
+                    # send it again.
+                    app.control.revoke(res.id)
                     res.forget()
                     retries[index] = retries.get(index, 0) + 1
-                    if alive:
+                    if live:
                         send(index, params)
                     else:
                         running.pop(index)

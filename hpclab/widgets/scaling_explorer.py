@@ -1,8 +1,9 @@
-"""The scaling explorer of chapter 06: the ``ddp`` panel, points accumulating, with the ranks
-control capped at what this allocation offers (GPUs, else usable cores).
+"""Panels whose ranks control is capped at what this allocation offers (GPUs, else usable cores):
+chapter 06's scaling explorer (the ``ddp`` panel, points accumulating) and part 2's data parallel
+by hand (``dp-by-hand``).
 
 What the allocation offers comes from :func:`hpclab.dist.placement.gpu_count` and
-:func:`hpclab.measure.sysinfo.usable_cores`; the view lives here.
+:func:`hpclab.measure.sysinfo.usable_cores`; the views live here.
 """
 
 from __future__ import annotations
@@ -12,16 +13,33 @@ from typing import Any
 from hpclab.widgets.panel import ExperimentPanel, panel
 
 
-def scaling_explorer(**kwargs: Any) -> ExperimentPanel:
+def ranks_panel(
+    experiment: str, fields: tuple[str, ...], batch_max: int, **kwargs: Any
+) -> ExperimentPanel:
+    """``panel(experiment)`` with the ranks slider capped at GPUs or usable cores (at least 2)
+    and the batch slider at ``batch_max`` (a linear slider to 65536 is unusable)."""
     from hpclab.dist.placement import gpu_count
     from hpclab.measure.sysinfo import usable_cores
 
-    view = panel(
+    view = panel(experiment, fields=fields, **kwargs)
+    view.controls["ranks"].max = max(2, gpu_count(), usable_cores())
+    view.controls["batch_size"].max = batch_max
+    return view
+
+
+def scaling_explorer(**kwargs: Any) -> ExperimentPanel:
+    """Chapter 06's ``ddp`` panel: runs accumulate so throughput and efficiency build a curve."""
+    return ranks_panel(
         "ddp",
-        fields=("ranks", "batch_size", "model", "scaling", "device"),
+        ("ranks", "batch_size", "model", "scaling", "device"),
+        2048,
         accumulate=True,
         **kwargs,
     )
-    view.controls["ranks"].max = max(2, gpu_count(), usable_cores())
-    view.controls["batch_size"].max = 2048  # a linear slider to 65536 is unusable
-    return view
+
+
+def dp_by_hand_panel(**kwargs: Any) -> ExperimentPanel:
+    """Chapter 06 part 2's ``dp-by-hand`` panel."""
+    return ranks_panel(
+        "dp-by-hand", ("ranks", "model", "batch_size", "bucket_cap_mb"), 512, **kwargs
+    )
