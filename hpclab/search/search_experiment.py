@@ -34,7 +34,7 @@ class SearchConfig(Config):
     strategy: str = param("random", choices=STRATEGIES, help="grid, random or model-based (tpe)")
     trials: int = param(16, min=1, max=1000, quick=6, help="trials (the search budget)")
     workers: int = param(2, min=1, max=64, help="parallel workers (celery)")
-    epochs: int = param(4, min=1, max=100, quick=2, help="epochs per trial")
+    epochs: int = param(4, min=1, max=100, quick=1, help="epochs per trial")
     seed: int = param(0, min=0, max=2**31 - 1, help="seed of the strategy and the trials")
     samples: int = param(
         0, min=0, max=100_000, quick=300, help="training samples per trial (0 = all 1348)"

@@ -326,10 +326,18 @@ def test_stopping_the_hub_cancels_running_jobs_and_leaves_nothing(hub, slurm, st
         f"{hub.url}/hub/login",
         data={"username": user, "password": password, "_xsrf": s.cookies.get("_xsrf")},
     )
-    s.post(
-        f"{hub.url}/hub/spawn",
-        data={"cores": "1", "minutes": "10", "_xsrf": s.cookies.get("_xsrf")},
-    )
+    # The previous test's server may still be "pending stop" for a moment: ask again until
+    # the hub takes the request.
+    deadline = time.monotonic() + 30
+    while True:
+        r = s.post(
+            f"{hub.url}/hub/spawn",
+            data={"cores": "1", "minutes": "10", "_xsrf": s.cookies.get("_xsrf")},
+        )
+        if "pending stop" not in r.text or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert r.ok, r.text[-2000:]
     _wait_for(lambda: bool(_jobs(slurm, user)), 30, hub, "job in squeue")
     _stop_hub(hub)
     assert hub.proc.returncode is not None
