@@ -217,7 +217,7 @@ def plot_search(result: Result) -> Any:
     recs = result.records
     fig = make_subplots(
         rows=1, cols=2, horizontal_spacing=0.12,
-        subplot_titles=("best validation loss so far", "trials over time, per worker"),
+        subplot_titles=("best validation loss so far", "trials per worker (grey: waiting, blue: computing)"),
     )  # fmt: skip
     fig.add_trace(
         go.Scatter(
@@ -230,15 +230,21 @@ def plot_search(result: Result) -> Any:
     for r in recs:
         if r["worker"] is None:
             continue
-        lane = workers.index(r["worker"])
-        fig.add_trace(
-            go.Bar(
-                x=[r["end_s"] - r["start_s"]], y=[f"worker {lane + 1}"], base=[r["start_s"]],
-                orientation="h", showlegend=False, marker_color="#1f77b4",
-                hovertext=f"trial {r['trial'] + 1}: loss {r['val_loss']:.3f}",
-            ),
-            row=1, col=2,
-        )  # fmt: skip
+        lane = f"worker {workers.index(r['worker']) + 1}"
+        # Grey: waiting for a worker and dispatch (overhead); blue: the trial computing.
+        computing_from = r["end_s"] - r["seconds"]
+        for base, width, colour, what in (
+            (r["start_s"], computing_from - r["start_s"], "#c7c7c7", "queue + dispatch"),
+            (computing_from, r["seconds"], "#1f77b4", "computing"),
+        ):
+            fig.add_trace(
+                go.Bar(
+                    x=[max(width, 0.0)], y=[lane], base=[base], orientation="h",
+                    showlegend=False, marker_color=colour, marker_line_width=0.5,
+                    hovertext=f"trial {r['trial'] + 1}, {what}: loss {r['val_loss']:.3f}",
+                ),
+                row=1, col=2,
+            )  # fmt: skip
     fig.update_xaxes(title_text="trials", row=1, col=1)
     fig.update_yaxes(title_text="validation loss", type="log", row=1, col=1)
     fig.update_xaxes(title_text="seconds since the search started", row=1, col=2)
