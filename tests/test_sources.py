@@ -109,7 +109,9 @@ PLOTTED = sorted({load_reference(n).experiment for n in reference_names()} | {"s
 
 
 @pytest.mark.parametrize("name", PLOTTED)
-def test_plot_legends_cite_decks_by_author(name):
+def test_plot_legends_cite_decks_by_author(name, request):
+    if experiments.registry()[name].chapter == "07":
+        request.getfixturevalue("slurm")  # a local Slurm (started, reused, or skipped without one)
     text = _figure_text(name)
     assert not _hits(text)
     decks = {load_reference(n).env["source"].split(":")[0] for n in reference_names()}
