@@ -22,7 +22,7 @@ from hpclab.search.strategies import Searcher
 from hpclab.search.tasks import app_for
 
 TRIALS = 32
-EPOCHS = 1
+EPOCHS = 2
 GOAL = 1.6
 
 
@@ -49,8 +49,9 @@ def main() -> int:
     try:
         task_ms, call_ms = dispatch_ms()
         print(f"dispatch: Celery round trip {task_ms:.2f} ms vs direct call {call_ms * 1e3:.2f} us")
+        # Every training sample (not quick mode's subset): short trials, but not only overhead.
         cfg = SearchConfig.create(
-            backend="celery", strategy="random", trials=TRIALS, epochs=EPOCHS, workers=2
+            backend="celery", strategy="random", trials=TRIALS, epochs=EPOCHS, workers=2, samples=0
         )
         # The same resources per trial on both sides: one thread (each worker has one).
         with torch_threads(1):

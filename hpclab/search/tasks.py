@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Any
 
 from celery import Celery
+from celery.signals import worker_init
 
 from hpclab.search.broker import BROKER_ENV
 
@@ -49,6 +50,15 @@ def _trial(params: dict[str, Any], epochs: int, seed: int, samples: int = 0) -> 
     from hpclab.search.trial import run_trial
 
     return run_trial(params, epochs=epochs, seed=seed, samples=samples)
+
+
+@worker_init.connect
+def _warm_up(**_: Any) -> None:
+    """A warm worker: torch, scikit-learn and the data split are loaded before it takes a task,
+    which is what a pool buys over a job per trial (a job pays this start-up every time)."""
+    from hpclab.search.trial import _split
+
+    _split(0)
 
 
 # The worker's app (celery -A hpclab.search.tasks): only when a broker is configured.
