@@ -102,23 +102,26 @@ def _sgd_trajectory(problem, model, steps: int, lr: float) -> list[torch.Tensor]
     return out
 
 
-def _exact_rule(worker: Callable[..., Any]) -> CheckResult | None:
+def _two_processes(entry: Callable[..., Any], args: tuple) -> list[Any] | CheckResult:
+    """The student's worker on 2 forked processes, 1 thread each; a failed check if it raised."""
     from hpclab.dist import RankError, launch
+
+    try:
+        return launch(
+            entry, 2, args=args, backend="none", threads_per_rank=1, start_method="fork",
+            deadline_s=120,
+        )  # fmt: skip
+    except RankError as err:
+        return failed(f"your worker raised in a process: {_first_line(err)}")
+
+
+def _exact_rule(worker: Callable[..., Any]) -> CheckResult | None:
 
     problems = [_constant_problem(r) for r in range(2)]
     model = problems[0].model()
-    try:
-        outs = launch(
-            _private_entry,
-            2,
-            args=(worker, problems, model, _EXACT_STEPS, _LR),
-            backend="none",
-            threads_per_rank=1,
-            start_method="fork",
-            deadline_s=120,
-        )
-    except RankError as err:
-        return failed(f"your worker raised in a process: {_first_line(err)}")
+    outs = _two_processes(_private_entry, (worker, problems, model, _EXACT_STEPS, _LR))
+    if isinstance(outs, CheckResult):
+        return outs
     for rank, got in enumerate(outs):
         traj = _sgd_trajectory(problems[rank], model, 4 * _EXACT_STEPS, _LR)
 
@@ -170,7 +173,7 @@ def hogwild_loop(worker: Callable[..., Any]) -> CheckResult:
     every step (backward passes are counted: no early stop), and the loss must fall about as far
     as the library's own loop makes it fall at the same steps and lr.
     """
-    from hpclab.dist import RankError, launch
+    from hpclab.dist import launch
     from hpclab.sgd.hogwild import hogwild_worker, prewarm
 
     if not callable(worker):
@@ -184,18 +187,9 @@ def hogwild_loop(worker: Callable[..., Any]) -> CheckResult:
     model.share_memory()
     model.bias.register_post_accumulate_grad_hook(_count_backward)
     initial = _mean_loss(problems, model)
-    try:
-        backwards = launch(
-            _entry,
-            2,
-            args=(worker, problems, model, _STEPS, _LR),
-            backend="none",
-            threads_per_rank=1,
-            start_method="fork",
-            deadline_s=120,
-        )
-    except RankError as err:
-        return failed(f"your worker raised in a process: {_first_line(err)}")
+    backwards = _two_processes(_entry, (worker, problems, model, _STEPS, _LR))
+    if isinstance(backwards, CheckResult):
+        return backwards
     for rank, count in enumerate(backwards):
         if 0 < count != _STEPS:
             return failed(
