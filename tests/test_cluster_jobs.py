@@ -67,11 +67,17 @@ def test_site_limits_refuse_before_sbatch_and_test_only_accepts_a_rendered_scrip
 
 
 def test_job_array_runs_every_trial_and_names_the_best(cluster):
-    result = run_array(ArrayConfig(trials=2, throttle=2, steps=15, serial=False), Progress())
-    summary, *trials = result.records
+    from hpclab.trial import run_trial
+
+    cfg = ArrayConfig(trials=2, throttle=2, epochs=1, samples=200, serial=False)
+    summary, *trials = run_array(cfg, Progress()).records
     assert [t["task"] for t in trials] == [0, 1]
     assert len({t["lr"] for t in trials}) == 2
     assert summary["best_accuracy"] == max(t["accuracy"] for t in trials)
+    # the same trial as chapter 08's search: the array task's loss is the one run here
+    here = run_trial({"lr": trials[1]["lr"], "batch_size": trials[1]["batch"]}, 1, 0, samples=200)
+    assert abs(here["val_loss"] - trials[1]["val_loss"]) < 1e-6
+    assert all(t["startup_s"] > 0 for t in trials)  # a fresh process pays its imports
 
 
 def test_job_monitor_shows_states_and_log_and_cancels(cluster):

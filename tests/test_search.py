@@ -13,7 +13,7 @@ from hpclab.progress import Progress
 from hpclab.search.broker import broker_problem
 from hpclab.search.search_experiment import SearchConfig, _celery, run_search
 from hpclab.search.strategies import SPACE, Searcher, grid_points
-from hpclab.search.trial import run_trial
+from hpclab.trial import run_trial
 
 
 def test_grid_fits_the_budget_and_covers_every_choice():

@@ -1,15 +1,17 @@
 """Experiment ``job-array``: a parameter search as a Slurm job array (chapter 07, section 4).
 
 Nakayama (2017): a parameter search hands parameter combinations to processes or machines (grid
-or random search). On Slurm that is one job array, ``--array=0-(N-1)%K``: N tasks, each with its
+or random search). On Slurm that is one job array, ``--array=0-(T-1)%K``: T tasks, each with its
 ``SLURM_ARRAY_TASK_ID``, at most K running at once (K = the GPUs or nodes you may use, so the
-array does not flood the queue). Each task trains chapter 06's tiny model on the digits with
-one (learning rate, batch size) pair and writes its accuracy; the notebook collects them.
+array does not flood the queue). Each task runs ``per_task`` trials of
+:func:`hpclab.trial.run_trial` (the same trial as chapter 08's search) and writes one JSON file
+per trial; the notebook collects them. Chapter 08's ``search --backend array`` submits through
+the same functions (:func:`write_plan`, :func:`submit_array`, :func:`read_results`).
 
 The same trials also run one after another in one job, for the wall-time comparison. The
-model of both: an array of N trials of t seconds with K at once takes about ceil(N/K) x t.
+model of both: :func:`modelled_wall_s`.
 
-Run one trial by hand: ``python -m hpclab.cluster.arrays OUT_DIR TASK_ID``.
+Run one task by hand: ``python -m hpclab.cluster.arrays WORK_DIR TASK_ID``.
 """
 
 from __future__ import annotations
@@ -22,11 +24,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hpclab.cluster import local
+from hpclab.cluster.profiles import SiteProfile
 from hpclab.cluster.runner import new_workdir, python, require_cluster, submit
+from hpclab.cluster.slurm import Cluster, Job
 from hpclab.cluster.spec import JobSpec
-from hpclab.config import Config, param
+from hpclab.config import Config, ConfigError, param
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 
@@ -38,18 +43,26 @@ BATCHES = (16, 64)
 class ArrayConfig(Config):
     trials: int = param(8, min=1, max=len(LRS) * len(BATCHES), quick=2, help="trials (grid points)")
     throttle: int = param(2, min=1, max=64, help="tasks running at once (the throttle of --array)")
-    steps: int = param(60, min=1, max=10000, quick=20, help="training steps per trial")
+    epochs: int = param(2, min=1, max=100, quick=1, help="epochs per trial")
+    samples: int = param(
+        0, min=0, max=100_000, quick=300, help="training samples per trial (0 = all)"
+    )
     serial: bool = param(True, help="also run the trials one after another, for the wall time")
 
 
 def grid(trials: int) -> list[dict]:
     """The first ``trials`` points of the (lr, batch) grid, in task-id order."""
-    points = [{"lr": lr, "batch": b} for b, lr in itertools.product(BATCHES, LRS)]
+    points = [{"lr": lr, "batch_size": b} for b, lr in itertools.product(BATCHES, LRS)]
     return points[:trials]
 
 
-def array_option(trials: int, throttle: int) -> str:
-    return f"0-{trials - 1}%{throttle}"
+def array_option(trials: int, throttle: int, per_task: int = 1) -> str:
+    """``--array`` for ``trials`` trials, ``per_task`` per task, ``throttle`` tasks at once."""
+    if throttle < 1 or per_task < 1:
+        raise ConfigError(f"throttle={throttle}, per_task={per_task}; allowed: both >= 1")
+    if per_task > trials:
+        raise ConfigError(f"per_task={per_task} exceeds trials={trials}; allowed: 1..{trials}")
+    return f"0-{math.ceil(trials / per_task) - 1}%{throttle}"
 
 
 def modelled_wall_s(
@@ -63,53 +76,66 @@ def modelled_wall_s(
     return math.ceil(tasks / throttle) * (start_s + per_task * trial_s)
 
 
-def trial(point: dict, steps: int) -> dict:
-    """Train the tiny model on the digits with one (lr, batch); accuracy on held-out digits."""
-    import torch
-
-    from hpclab.train import accuracy, digits, make_model, train_step
-
-    torch.set_num_threads(1)
-    x, y = digits()
-    n = int(0.8 * len(x))
-    model = make_model("tiny", x.shape[1], seed=0)
-    opt = torch.optim.SGD(model.parameters(), lr=point["lr"])
-    g = torch.Generator().manual_seed(0)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        idx = torch.randint(0, n, (point["batch"],), generator=g)
-        train_step(model, opt, x[idx], y[idx])
-    return {**point, "accuracy": accuracy(model, x[n:], y[n:]), "train_s": time.perf_counter() - t0}
+def write_plan(
+    work: Path, points: list[dict], epochs: int, seed: int = 0, samples: int = 0, per_task: int = 1
+) -> None:
+    """The array's plan (its trials and how to run them), read by every task from ``work``."""
+    plan = {"points": points, "epochs": epochs, "seed": seed, "samples": samples}
+    (work / "plan.json").write_text(json.dumps({**plan, "per_task": per_task}))
 
 
-def _commands(work: Path, task: str) -> list[str]:
-    return [f"{python()} -m hpclab.cluster.arrays {work} {task}"]
+def task_command(work: Path | str, task: str = "$SLURM_ARRAY_TASK_ID") -> str:
+    return f"{python()} -m hpclab.cluster.arrays {work} {task}"
+
+
+def submit_array(
+    cluster: Cluster,
+    site: SiteProfile,
+    work: Path,
+    trials: int,
+    throttle: int,
+    per_task: int = 1,
+    name: str = "search",
+) -> Job:
+    """Submit the plan in ``work`` as one array: ceil(trials/per_task) tasks, throttle at once."""
+    spec = JobSpec(name=name, array=array_option(trials, throttle, per_task), time="00:10:00",
+                   mem="512M")  # fmt: skip
+    return submit(cluster, site, spec, [task_command(work)], workdir=work)
+
+
+def read_results(work: Path, trials: int) -> dict[int, dict[str, Any]]:
+    """The trials whose result file is there (index -> :func:`hpclab.trial.timed_trials` row)."""
+    out = {}
+    for i in range(trials):
+        path = work / f"trial-{i}.json"
+        if path.exists():
+            out[i] = json.loads(path.read_text())
+    return out
 
 
 def run_array(config: ArrayConfig, progress: Progress) -> Result:
     cluster = require_cluster()
     site = local.site_profile(cluster)
     work = new_workdir("array")
-    (work / "grid.json").write_text(
-        json.dumps({"points": grid(config.trials), "steps": config.steps})
-    )
-    spec = JobSpec(
-        name="search",
-        array=array_option(config.trials, config.throttle),
-        time="00:10:00",
-        mem="512M",
-    )
+    points = grid(config.trials)
+    write_plan(work, points, config.epochs, samples=config.samples)
     t0 = time.monotonic()
-    job = submit(cluster, site, spec, _commands(work, "$SLURM_ARRAY_TASK_ID"), workdir=work)
+    job = submit_array(cluster, site, work, config.trials, config.throttle)
     progress.update(
         0, 2, f"array job {job.job_id}: {config.trials} tasks, {config.throttle} at once"
     )
     job.result(timeout_s=600, progress=progress)
     array_s = time.monotonic() - t0
+    results = read_results(work, config.trials)
     records = [
-        {"kind": "trial", "task": i, **json.loads((work / f"trial-{i}.json").read_text())}
-        for i in range(config.trials)
-    ]
+        {
+            "kind": "trial", "task": i, "lr": p["lr"], "batch": p["batch_size"],
+            "accuracy": results[i]["val_acc"], "val_loss": results[i]["val_loss"],
+            "train_s": results[i]["seconds"], "startup_s": results[i]["startup_s"],
+            "node": results[i]["node"],
+        }
+        for i, p in enumerate(points)
+    ]  # fmt: skip
     summary = {
         "kind": "summary",
         "job_id": job.job_id,
@@ -118,17 +144,11 @@ def run_array(config: ArrayConfig, progress: Progress) -> Result:
     }
     if config.serial:
         sdir = new_workdir("array-serial")
-        (sdir / "grid.json").write_text((work / "grid.json").read_text())
-        loop = [f"for i in $(seq 0 {config.trials - 1}); do", *_commands(sdir, "$i"), "done"]
+        write_plan(sdir, points, config.epochs, samples=config.samples, per_task=config.trials)
         progress.update(1, 2, "the same trials one after another")
         t0 = time.monotonic()
-        sjob = submit(
-            cluster,
-            site,
-            JobSpec(name="search-serial", time="00:10:00", mem="512M"),
-            loop,
-            workdir=sdir,
-        )
+        spec = JobSpec(name="search-serial", time="00:10:00", mem="512M")
+        sjob = submit(cluster, site, spec, [task_command(sdir, "0")], workdir=sdir)
         sjob.result(timeout_s=600, progress=progress)
         summary["serial_wall_s"] = time.monotonic() - t0
         summary["speedup"] = summary["serial_wall_s"] / array_s
@@ -142,12 +162,20 @@ def run_array(config: ArrayConfig, progress: Progress) -> Result:
     return make_result("job-array", config, [summary, *records])
 
 
-def main(out_dir: str, task: int) -> None:
-    out = Path(out_dir)
-    plan = json.loads((out / "grid.json").read_text())
-    result = trial(plan["points"][task], plan["steps"])
-    result["node"] = os.environ.get("SLURMD_NODENAME", "")
-    (out / f"trial-{task}.json").write_text(json.dumps(result))
+def main(work_dir: str, task: int) -> None:
+    """One array task: its ``per_task`` trials of the plan, one ``trial-<i>.json`` each."""
+    from hpclab.trial import timed_trials
+
+    work = Path(work_dir)
+    plan = json.loads((work / "plan.json").read_text())
+    first = task * plan["per_task"]
+    indices = range(first, min(first + plan["per_task"], len(plan["points"])))
+    points = [plan["points"][i] for i in indices]
+    results = timed_trials(points, plan["epochs"], plan["seed"], plan["samples"])
+    for i, res in zip(indices, results, strict=True):  # each written as soon as it is done
+        tmp = work / f".trial-{i}.json.tmp"
+        tmp.write_text(json.dumps({**res, "task": task}))
+        os.replace(tmp, work / f"trial-{i}.json")  # atomic: a reader never sees half a file
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Chapter 08, "Search and autotuning": many independent trials, run in parallel.
 
-- :mod:`~hpclab.search.trial`: one trial (train with given settings, report validation loss);
+- :mod:`hpclab.trial` (shared with chapter 07): one trial (train with given settings, report
+  validation loss);
 - :mod:`~hpclab.search.strategies`: grid, random and model-based (Optuna TPE) search;
 - :mod:`~hpclab.search.broker` and :mod:`~hpclab.search.tasks`: a private Redis and Celery
   workers, one task per trial;

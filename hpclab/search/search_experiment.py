@@ -1,6 +1,6 @@
 """Experiment ``search``: N trials of one strategy on one backend, timed (chapter 08).
 
-Backends run the same :func:`hpclab.search.trial.run_trial`:
+Backends run the same :func:`hpclab.trial.run_trial`:
 
 - ``sequential``: one after another in this process: the baseline every parallel backend must beat;
 - ``celery``: a private Redis and ``workers`` Celery workers (:mod:`hpclab.search.broker`); the
@@ -57,7 +57,7 @@ def _record(index: int, params: dict, out: dict, t_submit: float, t_end: float, 
 
 
 def _sequential(cfg: SearchConfig, searcher: Searcher, progress: Progress) -> list[dict]:
-    from hpclab.search.trial import run_trial
+    from hpclab.trial import run_trial
 
     records, t0 = [], time.perf_counter()
     while batch := searcher.ask(1):

@@ -1,4 +1,4 @@
-"""The Celery application of chapter 08: one task = one trial (``hpclab.search.trial``).
+"""The Celery application of chapter 08: one task = one trial (:func:`hpclab.trial.run_trial`).
 
 Workers import this module (``celery -A hpclab.search.tasks worker``) and find the broker in
 ``$HPCLAB_CELERY_BROKER`` (set by :func:`hpclab.search.broker.start_workers`); the notebook's
@@ -47,7 +47,7 @@ def _echo(x: Any) -> Any:
 
 
 def _trial(params: dict[str, Any], epochs: int, seed: int, samples: int = 0) -> dict[str, Any]:
-    from hpclab.search.trial import run_trial
+    from hpclab.trial import run_trial
 
     return run_trial(params, epochs=epochs, seed=seed, samples=samples)
 
@@ -56,7 +56,7 @@ def _trial(params: dict[str, Any], epochs: int, seed: int, samples: int = 0) -> 
 def _warm_up(**_: Any) -> None:
     """A warm worker: torch, scikit-learn and the data split are loaded before it takes a task,
     which is what a pool buys over a job per trial (a job pays this start-up every time)."""
-    from hpclab.search.trial import _split
+    from hpclab.trial import _split
 
     _split(0)
 

@@ -1,10 +1,15 @@
 """One trial of a hyper-parameter search: train the course's model with given settings, report
-the validation loss (chapter 08).
+the validation loss (chapter 07's job array, chapter 08's search).
 
-The same function runs in every backend (one after another, as a Slurm array task, as a Celery
-task), so their results are comparable: same data split, same training step
+The same function runs in every backend (one after another, as a Slurm array task, as a submitit
+job, as a Celery task), so their results are comparable: same data split, same training step
 (:func:`hpclab.train.train_step`), same seed rule. A trial is small on purpose (scikit-learn's
 digits, a few epochs): a search is dozens of them on two cores in quick mode.
+
+:func:`timed_trials` is what a fresh process runs (a Slurm array task, a submitit job): it says
+when the process started (``psutil``'s creation time), loads torch and the data split (the
+start-up a warm Celery worker pays once), then runs its trials and stamps each with wall-clock
+times, so the notebook can split a trial's overhead into queue wait, start-up and the rest.
 
 ``params`` keys: ``lr`` (SGD learning rate), ``momentum``, ``batch_size``, ``weight_decay``,
 ``model`` (a name of :data:`hpclab.train.MODELS` for flat inputs: ``tiny`` or ``large``).
@@ -15,7 +20,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 DEFAULTS: dict[str, Any] = {
@@ -62,6 +67,7 @@ def run_trial(
     from hpclab.train import make_model, train_step
 
     p = {**DEFAULTS, **params}
+    started_at = time.time()  # wall clock: comparable across processes on synchronised nodes
     t0 = time.perf_counter()
     xt, yt, xv, yv = _split(seed)
     if samples:
@@ -101,5 +107,29 @@ def run_trial(
         "epochs": done,
         "pruned": pruned,
         "seconds": time.perf_counter() - t0,
+        "started_at": started_at,
         "pid": os.getpid(),
     }
+
+
+def timed_trials(
+    points: list[dict[str, Any]], epochs: int, seed: int, samples: int = 0
+) -> Iterator[dict[str, Any]]:
+    """Run ``points`` one after another in this (fresh) process, yielding each result as it
+    is done; each also carries
+    ``process_start`` (when this Python process started), ``startup_s`` (process start to the
+    first trial: interpreter, imports, data split; 0 for later trials), ``finished_at`` and the
+    ``node``."""
+    import psutil
+
+    process_start = psutil.Process().create_time()
+    _split(seed)  # torch, scikit-learn and the data: the start-up, timed apart from the trial
+    for k, params in enumerate(points):
+        res = run_trial(params, epochs=epochs, seed=seed, samples=samples)
+        res.update(
+            process_start=process_start,
+            startup_s=max(0.0, res["started_at"] - process_start) if k == 0 else 0.0,
+            finished_at=time.time(),
+            node=os.environ.get("SLURMD_NODENAME", ""),
+        )
+        yield res
