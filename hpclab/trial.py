@@ -7,7 +7,7 @@ job, as a Celery task), so their results are comparable: same data split, same t
 digits, a few epochs): a search is dozens of them on two cores in quick mode.
 
 :func:`timed_trials` is what a fresh process runs (a Slurm array task, a submitit job): it says
-when the process started (``psutil``'s creation time), loads torch and the data split (the
+when the job launched the process, loads torch and the data split (the
 start-up a warm Celery worker pays once), then runs its trials and stamps each with wall-clock
 times, so the notebook can split a trial's overhead into queue wait, start-up and the rest.
 
@@ -117,12 +117,17 @@ def timed_trials(
 ) -> Iterator[dict[str, Any]]:
     """Run ``points`` one after another in this (fresh) process, yielding each result as it
     is done; each also carries
-    ``process_start`` (when this Python process started), ``startup_s`` (process start to the
+    ``process_start`` (when the job launched this Python process: ``$HPCLAB_LAUNCHED_AT``,
+    stamped by the job script, else psutil's creation time), ``startup_s`` (process start to the
     first trial: interpreter, imports, data split; 0 for later trials), ``finished_at`` and the
     ``node``."""
     import psutil
 
-    process_start = psutil.Process().create_time()
+    stamp = os.environ.get("HPCLAB_LAUNCHED_AT", "")
+    try:
+        process_start = float(stamp)
+    except ValueError:
+        process_start = psutil.Process().create_time()
     _split(seed)  # torch, scikit-learn and the data: the start-up, timed apart from the trial
     for k, params in enumerate(points):
         res = run_trial(params, epochs=epochs, seed=seed, samples=samples)
@@ -133,3 +138,10 @@ def timed_trials(
             node=os.environ.get("SLURMD_NODENAME", ""),
         )
         yield res
+
+
+def fresh_trials(
+    points: list[dict[str, Any]], epochs: int, seed: int, samples: int = 0
+) -> list[dict[str, Any]]:
+    """:func:`timed_trials` as a list: the function a submitit job runs (a result is pickled)."""
+    return list(timed_trials(points, epochs, seed, samples))

@@ -28,7 +28,7 @@ from typing import Any
 
 from hpclab.cluster import local
 from hpclab.cluster.profiles import SiteProfile
-from hpclab.cluster.runner import new_workdir, python, require_cluster, submit
+from hpclab.cluster.runner import LAUNCH_STAMP, new_workdir, python, require_cluster, submit
 from hpclab.cluster.slurm import Cluster, Job
 from hpclab.cluster.spec import JobSpec
 from hpclab.config import Config, ConfigError, param
@@ -85,7 +85,7 @@ def write_plan(
 
 
 def task_command(work: Path | str, task: str = "$SLURM_ARRAY_TASK_ID") -> str:
-    return f"{python()} -m hpclab.cluster.arrays {work} {task}"
+    return f"{LAUNCH_STAMP}; {python()} -m hpclab.cluster.arrays {work} {task}"
 
 
 def submit_array(

@@ -25,6 +25,10 @@ from hpclab.cluster.slurm import Cluster, Job
 from hpclab.cluster.spec import JobSpec
 from hpclab.config import ConfigError
 
+# The job script stamps the moment it launches Python, for the start-up of a trial
+# (:func:`hpclab.trial.timed_trials`); psutil's process creation time is only good to ~1 s.
+LAUNCH_STAMP = "export HPCLAB_LAUNCHED_AT=$(date +%s.%N)"
+
 
 def jobs_dir() -> Path:
     env = os.environ.get("HPCLAB_JOBS_DIR")

@@ -129,6 +129,15 @@ class Workers:
     log: Path
 
 
+def worker_argv(i: int) -> list[str]:
+    """The command of Celery worker ``i`` (named ``w{i}@host``): here, or in a job script."""
+    return [
+        sys.executable, "-m", "celery", "-A", "hpclab.search.tasks", "worker",
+        "--pool=solo", "--concurrency=1", "--prefetch-multiplier=1", "--without-gossip",
+        "--without-mingle", "--without-heartbeat", "-n", f"w{i}@%h", "--loglevel=WARNING",
+    ]  # fmt: skip
+
+
 def start_workers(
     url: str, n: int, threads: int = 1, log_dir: Path | None = None, timeout_s: float = 60.0
 ) -> Workers:
@@ -140,11 +149,7 @@ def start_workers(
     env = dict(os.environ, **{BROKER_ENV: url}, OMP_NUM_THREADS=str(threads))
     procs = []
     for i in range(n):
-        cmd = [
-            sys.executable, "-m", "celery", "-A", "hpclab.search.tasks", "worker",
-            "--pool=solo", "--concurrency=1", "--prefetch-multiplier=1", "--without-gossip",
-            "--without-mingle", "--without-heartbeat", "-n", f"w{i}@%h", "--loglevel=WARNING",
-        ]  # fmt: skip
+        cmd = worker_argv(i)
         with open(log_dir / f"worker{i}.log", "ab") as out:
             procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True))  # fmt: skip

@@ -3,14 +3,19 @@
 Backends run the same :func:`hpclab.trial.run_trial`:
 
 - ``sequential``: one after another in this process: the baseline every parallel backend must beat;
-- ``celery``: a private Redis and ``workers`` Celery workers (:mod:`hpclab.search.broker`); the
-  searcher keeps every worker busy: as soon as one trial returns, the next is asked for and sent
-  (the model-based sampler learns from every result that is in).
+- ``celery``: a private Redis and ``workers`` Celery workers (:mod:`hpclab.search.broker`), on
+  this node (``where="local"``) or inside ONE Slurm job (``where="slurm"``,
+  :mod:`hpclab.search.allocation`); the searcher keeps every worker busy: as soon as one trial
+  returns, the next is asked for and sent (the model-based sampler learns from every result);
+- ``array`` and ``submitit``: every trial a Slurm array task, ``throttle`` at once, ``per_task``
+  trials per task (:mod:`hpclab.search.job_backends`): all asked for up front.
 
 Each record is one trial: ``trial``, its ``params``, ``val_loss``/``val_acc``, ``seconds`` (the
 trial's own compute, measured where it ran), ``overhead_s`` (what the backend added: wall time
 from submission to result minus ``seconds``: queueing, dispatch, serialisation), ``start_s`` and
-``end_s`` from the search's start, and ``worker`` (the process that ran it).
+``end_s`` from the search's start, ``worker`` (the process that ran it), ``queue_s`` (submission
+to the trial's start, less start-up: the scheduler or the broker) and ``startup_s`` (a fresh
+process's interpreter, imports and data before its first trial; 0 on a warm worker).
 """
 
 from __future__ import annotations
@@ -20,12 +25,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from hpclab.config import Config, param
+from hpclab.config import Config, ConfigError, param
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 from hpclab.search.strategies import STRATEGIES, Searcher
 
-BACKENDS = ("sequential", "celery")
+BACKENDS = ("sequential", "array", "submitit", "celery")
+WHERE = ("local", "slurm")
 
 
 @dataclass(frozen=True)
@@ -34,14 +40,34 @@ class SearchConfig(Config):
     strategy: str = param("random", choices=STRATEGIES, help="grid, random or model-based (tpe)")
     trials: int = param(16, min=1, max=1000, quick=6, help="trials (the search budget)")
     workers: int = param(2, min=1, max=64, help="parallel workers (celery)")
+    where: str = param(
+        "local", choices=WHERE, help="celery workers on this node or in one Slurm job"
+    )
+    throttle: int = param(
+        2, min=1, max=64, help="array tasks running at once, %K (array, submitit)"
+    )
+    per_task: int = param(1, min=1, max=1000, help="trials per array task (array, submitit)")
     epochs: int = param(4, min=1, max=100, quick=1, help="epochs per trial")
     seed: int = param(0, min=0, max=2**31 - 1, help="seed of the strategy and the trials")
     samples: int = param(
         0, min=0, max=100_000, quick=300, help="training samples per trial (0 = all 1348)"
     )
 
+    def check(self) -> None:
+        if self.per_task > self.trials:
+            raise ConfigError(
+                f"per_task={self.per_task} exceeds trials={self.trials}; allowed: 1..{self.trials}"
+            )
+
+    @property
+    def slots(self) -> int:
+        """Trials that can run at once: what utilisation is measured against."""
+        return {"sequential": 1, "celery": self.workers}.get(self.backend, self.throttle)
+
 
 def _record(index: int, params: dict, out: dict, t_submit: float, t_end: float, t0: float) -> dict:
+    # started_at is the trial's wall clock: the submission's, on the same clock
+    t_submit_wall = time.time() - (time.perf_counter() - t_submit)
     return {
         "trial": index,
         "params": params,
@@ -53,6 +79,8 @@ def _record(index: int, params: dict, out: dict, t_submit: float, t_end: float, 
         "start_s": t_submit - t0,
         "end_s": t_end - t0,
         "worker": out["pid"],
+        "queue_s": max(0.0, out["started_at"] - t_submit_wall),
+        "startup_s": 0.0,
     }
 
 
@@ -74,12 +102,14 @@ def _celery(cfg: SearchConfig, searcher: Searcher, progress: Progress) -> list[d
     """Keep ``workers`` Celery workers busy. A worker that dies mid-trial: its trial is sent again
     to the others (``retries`` counts it), or reported failed when no worker is left; a trial
     that raises is recorded with its error. No trial is lost silently."""
+    from hpclab.search.allocation import celery_allocation
     from hpclab.search.broker import celery_pool
     from hpclab.search.tasks import app_for
 
     records: list[dict] = []
     retries: dict[int, int] = {}
-    with celery_pool(cfg.workers) as (url, pool):
+    pool_of = celery_allocation if cfg.where == "slurm" else celery_pool
+    with pool_of(cfg.workers) as (url, pool):
         app = app_for(url)
         t0 = time.perf_counter()
         running: dict[int, tuple[Any, dict, float]] = {}
@@ -142,9 +172,23 @@ def _celery(cfg: SearchConfig, searcher: Searcher, progress: Progress) -> list[d
                 searcher.tell(index, out["val_loss"])
                 records.append(_record(index, params, out, t_submit, time.perf_counter(), t0))
             submit(len(finished))
+        if cfg.where == "slurm" and pool.ended():
+            _allocation_lost(cfg, pool, records)
     for r in records:
         r["retries"] = retries.get(r["trial"], 0)
     return sorted(records, key=lambda r: r["trial"])
+
+
+def _allocation_lost(cfg: SearchConfig, pool: Any, records: list[dict]) -> None:
+    from hpclab.search.allocation import AllocationLost
+
+    failed = sum(1 for r in records if r.get("error"))
+    raise AllocationLost(
+        f"the workers' job {pool.job.job_id} ended {pool.state} mid-search: "
+        f"{len(records) - failed} trials done, {failed} failed, {cfg.trials - len(records)} "
+        "not run (the job was cancelled or hit its limit; its log: "
+        f"{pool.job.log_path()})"
+    )
 
 
 def _failed(index: int, params: dict, error: str, t_submit: float, t0: float) -> dict:
@@ -152,14 +196,18 @@ def _failed(index: int, params: dict, error: str, t_submit: float, t0: float) ->
     return {
         "trial": index, "params": params, "val_loss": math.inf, "val_acc": 0.0, "epochs": 0,
         "seconds": 0.0, "overhead_s": now - t_submit, "start_s": t_submit - t0,
-        "end_s": now - t0, "worker": None, "error": error,
+        "end_s": now - t0, "worker": None, "error": error, "queue_s": 0.0, "startup_s": 0.0,
     }  # fmt: skip
 
 
 def run_search(cfg: SearchConfig, progress: Progress) -> Result:
+    from hpclab.search.job_backends import run_array, run_submitit
+
     searcher = Searcher(cfg.strategy, cfg.trials, cfg.seed)
+    backend = {"sequential": _sequential, "celery": _celery, "array": run_array}
+    backend["submitit"] = run_submitit
     t0 = time.perf_counter()
-    records = (_sequential if cfg.backend == "sequential" else _celery)(cfg, searcher, progress)
+    records = backend[cfg.backend](cfg, searcher, progress)
     wall = time.perf_counter() - t0
     best = math.inf
     busy = sum(r["seconds"] for r in records)
@@ -174,7 +222,8 @@ def run_search(cfg: SearchConfig, progress: Progress) -> Result:
             strategy=cfg.strategy,
             wall_s=wall,
             # Of the time the workers were there, the fraction spent computing trials.
-            utilisation=busy / (wall * (1 if cfg.backend == "sequential" else cfg.workers)),
+            where=cfg.where if cfg.backend == "celery" else "",
+            utilisation=busy / (wall * cfg.slots),
             tier="live",
         )
     progress.update(cfg.trials, cfg.trials, "")
