@@ -89,6 +89,24 @@ def _ready(pool: AllocationPool, url: str, timeout_s: float) -> None:
     )
 
 
+def workers_alive(url: str) -> list[int]:
+    """Live worker processes of this host whose broker is ``url`` (the local cluster's nodes
+    are this host; a zombie left to a PID 1 that does not reap is dead and not counted)."""
+    import psutil
+
+    out = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if "hpclab.search.tasks" in " ".join(p.info["cmdline"] or ()):
+                if p.environ().get("HPCLAB_CELERY_BROKER") == url:
+                    out.append(p.pid)
+        except psutil.Error:
+            continue
+    return out
+
+
 @contextmanager
 def celery_allocation(
     workers: int, threads: int = 1, timeout_s: float = 300.0
@@ -123,6 +141,9 @@ def celery_allocation(
         try:
             if job is not None:
                 job.cancel()
-                job.wait(timeout_s=60)  # its processes are gone when Slurm says it ended
+                job.wait(timeout_s=60)
+                deadline = time.monotonic() + 15  # Slurm signals them; wait until they are gone
+                while workers_alive(redis.url) and time.monotonic() < deadline:
+                    time.sleep(0.2)
         finally:
             stop_redis(redis)

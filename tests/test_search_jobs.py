@@ -1,0 +1,136 @@
+"""Chapter 08 on the local Slurm: one search as a job array, as submitit's array and on Celery
+workers inside one job gives the sequential loop's losses; nothing is left behind."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from hpclab.config import ConfigError
+from hpclab.progress import Progress
+from hpclab.search.search_experiment import SearchConfig, run_search
+
+QUICK = dict(strategy="random", trials=3, epochs=1, samples=120, seed=3)
+FIELDS = ("trial", "params", "val_loss", "seconds", "overhead_s", "queue_s", "startup_s",
+          "start_s", "end_s", "worker", "retries", "error", "utilisation", "wall_s")  # fmt: skip
+
+
+def _need_broker() -> None:
+    from hpclab.search.broker import broker_problem
+
+    problem = broker_problem()
+    if problem and os.environ.get("CI"):
+        pytest.fail(problem)
+    if problem:
+        pytest.skip(problem)
+
+
+def _same_losses(a, b) -> None:
+    assert [r["params"] for r in a.records] == [r["params"] for r in b.records]
+    for x, y in zip(a.records, b.records, strict=True):
+        assert abs(x["val_loss"] - y["val_loss"]) < 1e-6, (x, y)
+
+
+def test_bad_array_settings_are_one_line():
+    with pytest.raises(ConfigError, match="throttle"):
+        SearchConfig.create(backend="array", throttle=0)
+    with pytest.raises(ConfigError, match="per_task=5 exceeds trials=3"):
+        SearchConfig.create(backend="array", trials=3, per_task=5)
+    from hpclab.cluster.arrays import array_option, modelled_wall_s
+
+    assert array_option(7, 2, per_task=3) == "0-2%2"  # ceil(7/3) = 3 tasks
+    assert modelled_wall_s(7, 2, 1.0, 0.5, per_task=3) == 2 * (0.5 + 3)
+
+
+def test_submitit_parameters_come_from_the_job_spec():
+    from hpclab.cluster import profiles
+    from hpclab.cluster.spec import JobSpec
+    from hpclab.cluster.submitit_exec import parameters
+
+    site = profiles.load("local")
+    p = parameters(JobSpec(name="s", cpus_per_task=2, time="00:07:00", array="0-5%3"), site)
+    extra = p["additional_parameters"]
+    assert extra["job_name"] == "s" and extra["cpus_per_task"] == "2"
+    assert extra["time"] == "00:07:00" and "array" not in extra
+    assert p["array_parallelism"] == 3 and p["time"] == 7
+    assert any(line.startswith("export PYTHONPATH=") for line in p["setup"])
+    with pytest.raises(ConfigError, match="exceeds"):
+        parameters(JobSpec(nodes=99), site)
+
+
+def test_array_and_submitit_give_the_sequential_losses(cluster):
+    seq = run_search(SearchConfig.create(backend="sequential", **QUICK), Progress())
+    arr = run_search(SearchConfig.create(backend="array", per_task=2, **QUICK), Progress())
+    sub = run_search(SearchConfig.create(backend="submitit", throttle=2, **QUICK), Progress())
+    for res in (arr, sub):
+        _same_losses(seq, res)
+        for r in res.records:
+            assert set(FIELDS) <= set(r) and not r["error"]
+            assert r["startup_s"] >= 0 and r["queue_s"] >= 0
+            assert r["overhead_s"] >= r["queue_s"] + r["startup_s"] - 0.05
+    # per_task=2: trials 0 and 1 share a process (one start-up), trial 2 has its own
+    first, second, third = arr.records
+    assert first["worker"] == second["worker"] != third["worker"]
+    assert first["startup_s"] > 0 and second["startup_s"] == 0 and third["startup_s"] > 0
+
+
+def test_celery_in_one_job_gives_the_losses_and_leaves_nothing(cluster):
+    _need_broker()
+    from hpclab.search import allocation
+
+    seen: dict = {}
+    real = allocation.celery_allocation
+
+    def spy(*a, **kw):
+        cm = real(*a, **kw)
+
+        class Wrap:
+            def __enter__(self):
+                url, pool = cm.__enter__()
+                seen.update(url=url, pool=pool, workers=allocation.workers_alive(url))
+                return url, pool
+
+            def __exit__(self, *exc):
+                return cm.__exit__(*exc)
+
+        return Wrap()
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(allocation, "celery_allocation", spy)
+    try:
+        seq = run_search(SearchConfig.create(backend="sequential", **QUICK), Progress())
+        cel = run_search(SearchConfig.create(backend="celery", where="slurm", **QUICK), Progress())
+    finally:
+        mp.undo()
+    _same_losses(seq, cel)
+    assert len(seen["workers"]) == 2  # two workers ran in the job
+    assert seen["pool"].job.state().state in ("CANCELLED", "COMPLETED")
+    assert allocation.workers_alive(seen["url"]) == []
+    assert not os.path.exists(seen["url"].removeprefix("redis+socket://"))  # Redis stopped
+
+
+def test_cancelling_the_workers_job_fails_trials_loudly(cluster):
+    """scancel the job mid-search: one clear error, every trial accounted for, nothing left."""
+    _need_broker()
+    from hpclab.search.allocation import AllocationLost
+
+    fired = threading.Event()
+
+    def cancel_after_two(done, total, note):
+        if done >= 2 and not fired.is_set():
+            fired.set()
+            for q in cluster.queue():
+                if q["name"] == "celery-workers" and q["state"] == "RUNNING":
+                    cluster.cancel(q["job_id"])
+
+    cfg = SearchConfig.create(backend="celery", where="slurm", strategy="random", trials=30,
+                              epochs=2, samples=300)  # fmt: skip
+    with pytest.raises(AllocationLost) as err:
+        run_search(cfg, Progress(cancel_after_two))
+    msg = str(err.value)
+    assert fired.is_set() and "ended CANCELLED mid-search" in msg
+    done, failed, not_run = (int(msg.split(w)[0].split()[-1]) for w in
+                             (" trials done", " failed", " not run"))  # fmt: skip
+    assert done >= 2 and done + failed + not_run == 30
