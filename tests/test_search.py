@@ -11,7 +11,8 @@ import pytest
 
 from hpclab.progress import Progress
 from hpclab.search.broker import broker_problem
-from hpclab.search.search_experiment import SearchConfig, _celery, run_search
+from hpclab.search.celery_backend import run_celery as _celery
+from hpclab.search.search_experiment import SearchConfig, run_search
 from hpclab.search.strategies import SPACE, Searcher, grid_points
 from hpclab.trial import run_trial
 

@@ -5,5 +5,8 @@
 - :mod:`~hpclab.search.strategies`: grid, random and model-based (Optuna TPE) search;
 - :mod:`~hpclab.search.broker` and :mod:`~hpclab.search.tasks`: a private Redis and Celery
   workers, one task per trial;
-- :mod:`~hpclab.search.search_experiment`: the ``search`` experiment and its plot.
+- :mod:`~hpclab.search.search_experiment`: the ``search`` experiment, its table and plot; its
+  backends :mod:`~hpclab.search.job_backends` (a job array, submitit),
+  :mod:`~hpclab.search.celery_backend` and :mod:`~hpclab.search.allocation` (Celery workers
+  inside one Slurm job).
 """

@@ -11,7 +11,7 @@ EXPERIMENTS = [
     Experiment(
         name="search",
         chapter="08",
-        help="hyper-parameter search: grid/random/tpe trials, sequential or on Celery workers",
+        help="hyper-parameter search: grid/random/tpe trials, sequential, as a job array, via submitit or on Celery workers",
         config=SearchConfig,
         run=run_search,
         plot=plot_search,

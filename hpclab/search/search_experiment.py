@@ -98,113 +98,13 @@ def _sequential(cfg: SearchConfig, searcher: Searcher, progress: Progress) -> li
     return records
 
 
-def _celery(cfg: SearchConfig, searcher: Searcher, progress: Progress) -> list[dict]:
-    """Keep ``workers`` Celery workers busy. A worker that dies mid-trial: its trial is sent again
-    to the others (``retries`` counts it), or reported failed when no worker is left; a trial
-    that raises is recorded with its error. No trial is lost silently."""
-    from hpclab.search.allocation import celery_allocation
-    from hpclab.search.broker import celery_pool
-    from hpclab.search.tasks import app_for
-
-    records: list[dict] = []
-    retries: dict[int, int] = {}
-    pool_of = celery_allocation if cfg.where == "slurm" else celery_pool
-    with pool_of(cfg.workers) as (url, pool):
-        app = app_for(url)
-        t0 = time.perf_counter()
-        running: dict[int, tuple[Any, dict, float]] = {}
-        lost: set[int] = set()
-
-        def send(index: int, params: dict) -> None:
-            res = app.send_task("hpclab.trial", args=[params, cfg.epochs, cfg.seed, cfg.samples])
-            running[index] = (res, params, time.perf_counter())
-
-        def submit(n: int) -> None:
-            for index, params in searcher.ask(n):
-                send(index, params)
-
-        submit(cfg.workers)
-        while running:
-            progress.update(len(records), cfg.trials, f"{len(running)} trials running")
-            for w, proc in enumerate(pool.procs):
-                if w in lost or proc.poll() is None:
-                    continue
-                lost.add(w)
-                live = [f"w{i}@" for i in range(len(pool.procs)) if i not in lost]
-                for index, (res, params, t_submit) in list(running.items()):
-                    if res.ready():
-                        continue
-                    info = res.info if res.state == "STARTED" else None
-                    host = str(info.get("hostname", "")) if isinstance(info, dict) else ""
-                    if any(host.startswith(h) for h in live):
-                        continue  # running on a worker that is alive
-                    # Started on the dead worker, or taken by it before it said so (still
-                    # PENDING): revoke it (a live worker drops it if it is still queued) and
-                    # send it again.
-                    app.control.revoke(res.id)
-                    res.forget()
-                    retries[index] = retries.get(index, 0) + 1
-                    if live:
-                        send(index, params)
-                    else:
-                        running.pop(index)
-                        err = (
-                            f"worker w{w} died (exit code {proc.returncode}) and no worker is left"
-                        )
-                        records.append(_failed(index, params, err, t_submit, t0))
-            finished = [i for i, (res, _, _) in running.items() if res.ready()]
-            if not finished:
-                if len(lost) == len(pool.procs):
-                    for index, (_, params, t_submit) in list(running.items()):
-                        records.append(_failed(index, params, "no worker is left", t_submit, t0))
-                    running.clear()
-                time.sleep(0.02)
-                continue
-            for index in finished:
-                res, params, t_submit = running.pop(index)
-                try:
-                    out = res.get(timeout=10)
-                except Exception as exc:  # noqa: BLE001 - a trial's own error, kept in its record
-                    records.append(
-                        _failed(index, params, f"{type(exc).__name__}: {exc}", t_submit, t0)
-                    )
-                    continue
-                searcher.tell(index, out["val_loss"])
-                records.append(_record(index, params, out, t_submit, time.perf_counter(), t0))
-            submit(len(finished))
-        if cfg.where == "slurm" and pool.ended():
-            _allocation_lost(cfg, pool, records)
-    for r in records:
-        r["retries"] = retries.get(r["trial"], 0)
-    return sorted(records, key=lambda r: r["trial"])
-
-
-def _allocation_lost(cfg: SearchConfig, pool: Any, records: list[dict]) -> None:
-    from hpclab.search.allocation import AllocationLost
-
-    failed = sum(1 for r in records if r.get("error"))
-    raise AllocationLost(
-        f"the workers' job {pool.job.job_id} ended {pool.state} mid-search: "
-        f"{len(records) - failed} trials done, {failed} failed, {cfg.trials - len(records)} "
-        "not run (the job was cancelled or hit its limit; its log: "
-        f"{pool.job.log_path()})"
-    )
-
-
-def _failed(index: int, params: dict, error: str, t_submit: float, t0: float) -> dict:
-    now = time.perf_counter()
-    return {
-        "trial": index, "params": params, "val_loss": math.inf, "val_acc": 0.0, "epochs": 0,
-        "seconds": 0.0, "overhead_s": now - t_submit, "start_s": t_submit - t0,
-        "end_s": now - t0, "worker": None, "error": error, "queue_s": 0.0, "startup_s": 0.0,
-    }  # fmt: skip
-
-
 def run_search(cfg: SearchConfig, progress: Progress) -> Result:
     from hpclab.search.job_backends import run_array, run_submitit
 
     searcher = Searcher(cfg.strategy, cfg.trials, cfg.seed)
-    backend = {"sequential": _sequential, "celery": _celery, "array": run_array}
+    from hpclab.search.celery_backend import run_celery
+
+    backend = {"sequential": _sequential, "celery": run_celery, "array": run_array}
     backend["submitit"] = run_submitit
     t0 = time.perf_counter()
     records = backend[cfg.backend](cfg, searcher, progress)
@@ -230,8 +130,18 @@ def run_search(cfg: SearchConfig, progress: Progress) -> Result:
     return make_result("search", cfg, records)
 
 
+def _label(res: Result) -> str:
+    r = res.records[0]
+    where = " in one job" if r.get("where") == "slurm" else ""
+    return f"{r['backend']}{where}"
+
+
 def backends_table(results: list[Result]) -> Any:
-    """One row per search: backend, trials, wall time, median trial and overhead, utilisation."""
+    """One row per search: wall time, median trial, the median overhead per trial split into
+    queue wait (scheduler or broker) and start-up (a fresh process's imports and data), the
+    trials that could run at once, utilisation (the fraction of their time spent computing) and
+    the best loss. The chapter's three-way comparison: sequential vs job array vs submitit vs
+    Celery workers (here or inside one allocation) on the same trials."""
     import statistics
 
     import pandas as pd
@@ -239,23 +149,48 @@ def backends_table(results: list[Result]) -> Any:
     rows = []
     for res in results:
         recs = res.records
-        rows.append(
-            {
-                "backend": recs[0]["backend"],
-                "workers": res.config.get("workers", 1)
-                if recs[0]["backend"] != "sequential"
-                else 1,
-                "trials": len(recs),
-                "wall (s)": round(recs[0]["wall_s"], 2),
-                "median trial (s)": round(statistics.median(r["seconds"] for r in recs), 3),
-                "median overhead (ms)": round(
-                    statistics.median(r["overhead_s"] for r in recs) * 1e3, 1
-                ),
-                "utilisation": f"{recs[0]['utilisation']:.0%}",
-                "best loss": round(min(r["val_loss"] for r in recs), 3),
-            }
-        )
+
+        def med(key: str, recs: list[dict] = recs) -> float:
+            return statistics.median(r.get(key, 0.0) for r in recs)
+
+        rows.append({
+            "backend": _label(res),
+            "at once": SearchConfig.create(**res.config).slots if res.config else 1,
+            "trials": len(recs),
+            "failed": sum(1 for r in recs if r.get("error")),
+            "wall (s)": round(recs[0]["wall_s"], 2),
+            "median trial (s)": round(med("seconds"), 3),
+            "median overhead (s)": round(med("overhead_s"), 3),
+            "of which queue (s)": round(med("queue_s"), 3),
+            "of which start-up (s)": round(med("startup_s"), 3),
+            "utilisation": f"{recs[0]['utilisation']:.0%}",
+            "best loss": round(min(r["val_loss"] for r in recs), 3),
+        })  # fmt: skip
     return pd.DataFrame(rows).set_index("backend")
+
+
+def _lanes(recs: list[dict]) -> dict[int, str]:
+    """A lane per worker; for jobs (a fresh process per task) a lane per slot: each task takes
+    the first lane free when it starts, so the lanes show how many ran at once."""
+    if not any(r.get("startup_s") for r in recs):
+        workers = sorted({r["worker"] for r in recs if r["worker"] is not None}, key=str)
+        return {r["trial"]: f"worker {workers.index(r['worker']) + 1}" for r in recs
+                if r["worker"] is not None}  # fmt: skip
+    free_at: list[float] = []
+    by_worker: dict[str, int] = {}
+    out = {}
+    for r in sorted((r for r in recs if r["worker"] is not None),
+                    key=lambda r: r["start_s"] + r["queue_s"]):  # fmt: skip
+        begin = r["start_s"] + r["queue_s"]
+        lane = by_worker.get(r["worker"])
+        if lane is None:
+            lane = next((i for i, t in enumerate(free_at) if t <= begin + 1e-3), len(free_at))
+            if lane == len(free_at):
+                free_at.append(0.0)
+            by_worker[r["worker"]] = lane
+        free_at[lane] = max(free_at[lane], begin + r["startup_s"] + r["seconds"])
+        out[r["trial"]] = f"slot {lane + 1}"
+    return out
 
 
 def plot_search(result: Result) -> Any:
@@ -266,7 +201,8 @@ def plot_search(result: Result) -> Any:
     recs = result.records
     fig = make_subplots(
         rows=1, cols=2, horizontal_spacing=0.12,
-        subplot_titles=("best validation loss so far", "trials per worker (grey: waiting, blue: computing)"),
+        subplot_titles=("best validation loss so far",
+                        "trials per worker (grey: waiting, orange: start-up, blue: computing)"),
     )  # fmt: skip
     fig.add_trace(
         go.Scatter(
@@ -275,22 +211,34 @@ def plot_search(result: Result) -> Any:
         ),
         row=1, col=1,
     )  # fmt: skip
-    workers = sorted({r["worker"] for r in recs if r["worker"] is not None})
+    lanes = _lanes(recs)
     for r in recs:
         if r["worker"] is None:
             continue
-        lane = f"worker {workers.index(r['worker']) + 1}"
-        # Grey: waiting for a worker and dispatch (overhead); blue: the trial computing.
+        # Grey: waiting (queue, throttle or broker); orange: a fresh process starting (imports,
+        # data); blue: the trial computing; light grey: until the notebook had the result.
         computing_from = r["end_s"] - r["seconds"]
-        for base, width, colour, what in (
-            (r["start_s"], computing_from - r["start_s"], "#c7c7c7", "queue + dispatch"),
+        started = r["start_s"] + r.get("queue_s", 0.0)
+        if r.get("startup_s", 0.0) or r.get("queue_s", 0.0):
+            computing_from = started + r.get("startup_s", 0.0)
+        segments = [
+            (r["start_s"], started - r["start_s"], "#c7c7c7", "queue"),
+            (started, computing_from - started, "#ff7f0e", "start-up"),
             (computing_from, r["seconds"], "#1f77b4", "computing"),
-        ):
+            (computing_from + r["seconds"], r["end_s"] - computing_from - r["seconds"],
+             "#e5e5e5", "result back"),
+        ]  # fmt: skip
+        if not (r.get("startup_s", 0.0) or r.get("queue_s", 0.0)):  # as measured by the backend
+            segments = [(r["start_s"], computing_from - r["start_s"], "#c7c7c7", "queue + dispatch"),
+                        (computing_from, r["seconds"], "#1f77b4", "computing")]  # fmt: skip
+        for base, width, colour, what in segments:
+            if width <= 0:
+                continue
             fig.add_trace(
                 go.Bar(
-                    x=[max(width, 0.0)], y=[lane], base=[base], orientation="h",
+                    x=[width], y=[lanes[r["trial"]]], base=[base], orientation="h",
                     showlegend=False, marker_color=colour, marker_line_width=0.5,
-                    hovertext=f"trial {r['trial'] + 1}, {what}: loss {r['val_loss']:.3f}",
+                    hovertext=f"trial {r['trial'] + 1}, {what} {width:.2f} s: loss {r['val_loss']:.3f}",
                 ),
                 row=1, col=2,
             )  # fmt: skip
