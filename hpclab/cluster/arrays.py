@@ -144,11 +144,13 @@ def run_array(config: ArrayConfig, progress: Progress) -> Result:
     }
     if config.serial:
         sdir = new_workdir("array-serial")
-        write_plan(sdir, points, config.epochs, samples=config.samples, per_task=config.trials)
+        write_plan(sdir, points, config.epochs, samples=config.samples)
         progress.update(1, 2, "the same trials one after another")
         t0 = time.monotonic()
         spec = JobSpec(name="search-serial", time="00:10:00", mem="512M")
-        sjob = submit(cluster, site, spec, [task_command(sdir, "0")], workdir=sdir)
+        # The same tasks, one process each as in the array: only the parallelism differs.
+        loop = [f"for i in $(seq 0 {config.trials - 1}); do", task_command(sdir, "$i"), "done"]
+        sjob = submit(cluster, site, spec, loop, workdir=sdir)
         sjob.result(timeout_s=600, progress=progress)
         summary["serial_wall_s"] = time.monotonic() - t0
         summary["speedup"] = summary["serial_wall_s"] / array_s
