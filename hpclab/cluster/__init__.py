@@ -6,5 +6,6 @@ One concept per module: :mod:`~hpclab.cluster.spec` (what a job asks for),
 script), :mod:`~hpclab.cluster.slurm` (sbatch/squeue/scontrol/sacct/scancel), :mod:`~hpclab.cluster.local`
 (finding a Slurm; the project's local one), :mod:`~hpclab.cluster.runner` (job directories),
 then one module per experiment (``hello``, ``multinode``, ``requeue`` with ``resumable`` and
-``checkpoint``, ``arrays``), ``plots``, ``tiers`` (live or recorded) and ``allocation``.
+``checkpoint``, ``arrays``), ``plots``, ``tiers`` (live or recorded) and ``allocation``;
+:mod:`~hpclab.cluster.submitit_exec` gives chapter 08 submitit's executor for the same JobSpec.
 """

@@ -5,7 +5,8 @@ job script, while this chapter's lesson *is* the job script (the student reads i
 it into a terminal on any cluster); submitit also reads job states from ``sacct``, which needs
 the accounting daemon (slurmdbd) that small sites and the local cluster lack (it then reports
 UNKNOWN), and it adds a dependency. The five commands are on every Slurm cluster, so the same
-calls run in a notebook, the CLI, the tests and the benchmark. When a job script must run a
+calls run in a notebook, the CLI, the tests and the benchmark. (Chapter 08 compares submitit's
+array on the same JobSpec: :mod:`hpclab.cluster.submitit_exec`, which waits without ``sacct``.) When a job script must run a
 Python function, it runs ``python -m hpclab.cluster.<module>``: importable, like a rank's worker.
 
 A :class:`Cluster` carries the environment the commands need (``SLURM_CONF`` for the local

@@ -44,7 +44,10 @@ class SearchConfig(Config):
         "local", choices=WHERE, help="celery workers on this node or in one Slurm job"
     )
     throttle: int = param(
-        2, min=1, max=64, help="array tasks running at once, %K (array, submitit)"
+        2,
+        min=1,
+        max=64,
+        help="array tasks running at once, the K of --array=0-N%%K (array, submitit)",
     )
     per_task: int = param(1, min=1, max=1000, help="trials per array task (array, submitit)")
     epochs: int = param(4, min=1, max=100, quick=1, help="epochs per trial")
@@ -247,3 +250,31 @@ def plot_search(result: Result) -> Any:
     fig.update_xaxes(title_text="seconds since the search started", row=1, col=2)
     fig.update_layout(height=380, barmode="overlay", legend={"orientation": "h", "y": -0.25})
     return fig
+
+
+def three_ways(trials: int = 8, throttle: int = 2, workers: int = 2, **common: Any) -> list[Result]:
+    """The chapter's comparison, "one search, three ways": the same trials (same strategy and
+    seed) one after another, as a job array, as submitit's array (``throttle`` at once), and on
+    ``workers`` Celery workers inside one Slurm job; show it with :func:`backends_table`.
+
+    A backend that cannot run here is left out with one printed sentence (no Slurm: only the
+    sequential loop; no Redis or Celery: no Celery row)."""
+    from hpclab.cluster import local
+    from hpclab.search.broker import broker_problem
+
+    runs = [dict(backend="sequential")]
+    if local.connect() is None:
+        print(local.why_not())
+    else:
+        runs += [
+            dict(backend="array", throttle=throttle),
+            dict(backend="submitit", throttle=throttle),
+        ]
+        problem = broker_problem()
+        if problem:
+            print(problem)
+        else:
+            runs.append(dict(backend="celery", where="slurm", workers=workers))
+    return [
+        run_search(SearchConfig.create(trials=trials, **common, **kw), Progress()) for kw in runs
+    ]
