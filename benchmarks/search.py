@@ -17,7 +17,8 @@ import time
 from hpclab.compute.device import torch_threads
 from hpclab.progress import Progress
 from hpclab.search.broker import celery_pool
-from hpclab.search.search_experiment import SearchConfig, _celery, _sequential
+from hpclab.search.celery_backend import run_celery
+from hpclab.search.search_experiment import SearchConfig, _sequential
 from hpclab.search.strategies import Searcher
 from hpclab.search.tasks import app_for
 
@@ -58,7 +59,7 @@ def main() -> int:
             t = time.perf_counter()
             seq = _sequential(cfg, Searcher("random", TRIALS, 0), Progress())
             t_seq = time.perf_counter() - t
-        cel = _celery(cfg, Searcher("random", TRIALS, 0), Progress())
+        cel = run_celery(cfg, Searcher("random", TRIALS, 0), Progress())
         t_cel = max(r["end_s"] for r in cel)  # from the first submission, pool start-up excluded
     except Exception as exc:  # noqa: BLE001
         print(f"search: could not measure: {type(exc).__name__}: {exc}")
