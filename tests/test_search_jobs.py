@@ -75,6 +75,13 @@ def test_array_and_submitit_give_the_sequential_losses(cluster):
     first, second, third = arr.records
     assert first["worker"] == second["worker"] != third["worker"]
     assert first["startup_s"] > 0 and second["startup_s"] == 0 and third["startup_s"] > 0
+    from hpclab.search.search_experiment import backends_table, plot_search
+
+    lanes = {bar.y[0] for bar in plot_search(arr).data if bar.type == "bar"}
+    assert lanes and lanes <= {"slot 1", "slot 2"}  # never more at once than the throttle
+    table = backends_table([seq, arr, sub])
+    assert list(table.index) == ["sequential", "array", "submitit"]
+    assert (table["of which start-up (s)"] > 0).tolist() == [False, True, True]
 
 
 def test_celery_in_one_job_gives_the_losses_and_leaves_nothing(cluster):

@@ -13,11 +13,12 @@ queue wait and a fresh process that imports torch and loads the data before each
   parameters translated from the same :class:`~hpclab.cluster.spec.JobSpec`
   (:mod:`hpclab.cluster.submitit_exec`, which also says why it never asks ``sacct``).
 
-Each record has the fields of the other backends plus ``queue_s`` (submission to the trial's
-start, less its start-up: the scheduler, a throttle slot, earlier trials of the same task),
-``startup_s`` (the process's start to its first trial: interpreter, torch, the data; 0 for the
-later trials of a task) and ``node``; ``overhead_s`` is the wall time from submission until the
-notebook has the result, less the trial's compute. Times are wall-clock (``time.time()``),
+Each record has the fields of the other backends, with ``queue_s`` (submission to the start of
+the trial's process: the scheduler and a throttle slot), ``startup_s`` (the process's start to its
+first trial: interpreter, torch, the data, a first step; 0 for the later trials of a task),
+``began_s`` (when its compute began, from the search's start) and ``node``; ``overhead_s`` is the
+wall time from submission until the notebook has the result, less the trial's compute (so for
+the later trials of a task it also holds the earlier trials they waited behind). Times are wall-clock (``time.time()``),
 comparable across the nodes of a cluster whose clocks are synchronised.
 """
 
@@ -43,8 +44,8 @@ def job_record(
         "trial": index, "params": params, "val_loss": out["val_loss"], "val_acc": out["val_acc"],
         "epochs": out["epochs"], "seconds": out["seconds"],
         "overhead_s": max(0.0, (t_seen - t_submit) - out["seconds"]),
-        "queue_s": max(0.0, out["started_at"] - t_submit - out["startup_s"]),
-        "startup_s": out["startup_s"], "start_s": t_submit - t0, "end_s": t_seen - t0,
+        "queue_s": max(0.0, out["process_start"] - t_submit), "startup_s": out["startup_s"],
+        "start_s": t_submit - t0, "began_s": out["started_at"] - t0, "end_s": t_seen - t0,
         "worker": f"{out['node'] or 'here'}:{out['pid']}", "node": out["node"], "error": "",
     }  # fmt: skip
 

@@ -14,8 +14,9 @@ Each record is one trial: ``trial``, its ``params``, ``val_loss``/``val_acc``, `
 trial's own compute, measured where it ran), ``overhead_s`` (what the backend added: wall time
 from submission to result minus ``seconds``: queueing, dispatch, serialisation), ``start_s`` and
 ``end_s`` from the search's start, ``worker`` (the process that ran it), ``queue_s`` (submission
-to the trial's start, less start-up: the scheduler or the broker) and ``startup_s`` (a fresh
-process's interpreter, imports and data before its first trial; 0 on a warm worker).
+until a process took the trial: the broker, or the scheduler and a throttle slot) and
+``startup_s`` (a fresh process's interpreter, imports and data before its first trial; 0 on a
+warm worker); the job backends add ``began_s`` and ``node`` (:mod:`hpclab.search.job_backends`).
 """
 
 from __future__ import annotations
@@ -173,25 +174,24 @@ def backends_table(results: list[Result]) -> Any:
 
 
 def _lanes(recs: list[dict]) -> dict[int, str]:
-    """A lane per worker; for jobs (a fresh process per task) a lane per slot: each task takes
-    the first lane free when it starts, so the lanes show how many ran at once."""
-    if not any(r.get("startup_s") for r in recs):
-        workers = sorted({r["worker"] for r in recs if r["worker"] is not None}, key=str)
-        return {r["trial"]: f"worker {workers.index(r['worker']) + 1}" for r in recs
-                if r["worker"] is not None}  # fmt: skip
+    """A lane per worker; for jobs (a fresh process per task) a lane per slot: each process
+    takes the first lane free when it starts, so the lanes show how many ran at once."""
+    recs = [r for r in recs if r["worker"] is not None]
+    if not any("began_s" in r for r in recs):
+        workers = sorted({r["worker"] for r in recs}, key=str)
+        return {r["trial"]: f"worker {workers.index(r['worker']) + 1}" for r in recs}
     free_at: list[float] = []
-    by_worker: dict[str, int] = {}
+    lane_of: dict[str, int] = {}
     out = {}
-    for r in sorted((r for r in recs if r["worker"] is not None),
-                    key=lambda r: r["start_s"] + r["queue_s"]):  # fmt: skip
-        begin = r["start_s"] + r["queue_s"]
-        lane = by_worker.get(r["worker"])
-        if lane is None:
-            lane = next((i for i, t in enumerate(free_at) if t <= begin + 1e-3), len(free_at))
-            if lane == len(free_at):
+    for r in sorted(recs, key=lambda r: r["began_s"]):
+        if r["worker"] not in lane_of:
+            begin = r["began_s"] - r["startup_s"]  # the process started
+            free = [i for i, t in enumerate(free_at) if t <= begin + 1e-3]
+            lane_of[r["worker"]] = free[0] if free else len(free_at)
+            if not free:
                 free_at.append(0.0)
-            by_worker[r["worker"]] = lane
-        free_at[lane] = max(free_at[lane], begin + r["startup_s"] + r["seconds"])
+        lane = lane_of[r["worker"]]
+        free_at[lane] = max(free_at[lane], r["began_s"] + r["seconds"])
         out[r["trial"]] = f"slot {lane + 1}"
     return out
 
@@ -215,36 +215,36 @@ def plot_search(result: Result) -> Any:
         row=1, col=1,
     )  # fmt: skip
     lanes = _lanes(recs)
+    bars = []
     for r in recs:
         if r["worker"] is None:
             continue
         # Grey: waiting (queue, throttle or broker); orange: a fresh process starting (imports,
-        # data); blue: the trial computing; light grey: until the notebook had the result.
-        computing_from = r["end_s"] - r["seconds"]
-        started = r["start_s"] + r.get("queue_s", 0.0)
-        if r.get("startup_s", 0.0) or r.get("queue_s", 0.0):
-            computing_from = started + r.get("startup_s", 0.0)
-        segments = [
-            (r["start_s"], started - r["start_s"], "#c7c7c7", "queue"),
-            (started, computing_from - started, "#ff7f0e", "start-up"),
-            (computing_from, r["seconds"], "#1f77b4", "computing"),
-            (computing_from + r["seconds"], r["end_s"] - computing_from - r["seconds"],
-             "#e5e5e5", "result back"),
-        ]  # fmt: skip
-        if not (r.get("startup_s", 0.0) or r.get("queue_s", 0.0)):  # as measured by the backend
+        # data, a first step); blue: the trial computing; light grey: until the notebook had
+        # the result. A later trial of a task runs in its warm process: no queue, no start-up.
+        if "began_s" in r:
+            began = r["began_s"]
+            segments = [(began, r["seconds"], "#1f77b4", "computing"),
+                        (began + r["seconds"], r["end_s"] - began - r["seconds"], "#e5e5e5",
+                         "result back")]  # fmt: skip
+            if r["startup_s"]:
+                segments += [(r["start_s"], r["queue_s"], "#c7c7c7", "queue"),
+                             (began - r["startup_s"], r["startup_s"], "#ff7f0e", "start-up")]  # fmt: skip
+        else:
+            computing_from = r["end_s"] - r["seconds"]
             segments = [(r["start_s"], computing_from - r["start_s"], "#c7c7c7", "queue + dispatch"),
                         (computing_from, r["seconds"], "#1f77b4", "computing")]  # fmt: skip
-        for base, width, colour, what in segments:
-            if width <= 0:
-                continue
-            fig.add_trace(
-                go.Bar(
-                    x=[width], y=[lanes[r["trial"]]], base=[base], orientation="h",
-                    showlegend=False, marker_color=colour, marker_line_width=0.5,
-                    hovertext=f"trial {r['trial'] + 1}, {what} {width:.2f} s: loss {r['val_loss']:.3f}",
-                ),
-                row=1, col=2,
-            )  # fmt: skip
+        bars += [(r, *seg) for seg in segments if seg[1] > 0]
+    # Waiting first, so that a task queued behind a running one does not hide its compute.
+    for r, base, width, colour, what in sorted(bars, key=lambda b: b[3] != "#c7c7c7"):
+        fig.add_trace(
+            go.Bar(
+                x=[width], y=[lanes[r["trial"]]], base=[base], orientation="h",
+                showlegend=False, marker_color=colour, marker_line_width=0.5,
+                hovertext=f"trial {r['trial'] + 1}, {what} {width:.2f} s: loss {r['val_loss']:.3f}",
+            ),
+            row=1, col=2,
+        )  # fmt: skip
     fig.update_xaxes(title_text="trials", row=1, col=1)
     fig.update_yaxes(title_text="validation loss", type="log", row=1, col=1)
     fig.update_xaxes(title_text="seconds since the search started", row=1, col=2)
