@@ -13,7 +13,7 @@ from typing import Any
 
 from hpclab import experiments
 from hpclab.cluster import profiles
-from hpclab.cluster.arrays import ArrayConfig, array_option
+from hpclab.cluster.arrays import ArrayConfig, array_option, task_command
 from hpclab.cluster.hello import REPORT, HelloConfig, hello_spec
 from hpclab.cluster.multinode import job_spec, torchrun_commands
 from hpclab.cluster.requeue import RequeueConfig, requeue_commands, requeue_spec
@@ -40,9 +40,7 @@ def job_script(name: str, site: str = "local") -> str:
     elif name == "job-array":
         cfg = ArrayConfig()
         spec = JobSpec(name="search", array=array_option(cfg.trials, cfg.throttle))
-        text = render(
-            spec, prof, [f"{python()} -m hpclab.cluster.arrays $WORK $SLURM_ARRAY_TASK_ID"]
-        )
+        text = render(spec, prof, [task_command("$WORK")])
     elif name == "staging-job":
         cmds = staging_commands(StagingJobConfig().files, "$WORK/staging.json")
         text = render(JobSpec(name="stage", mem="1G"), prof, cmds)
