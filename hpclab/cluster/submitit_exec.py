@@ -113,9 +113,9 @@ def wait_results(
     try:
         while pending:
             states = {s.job_id: s for s in cluster.states(array_id)} if array_id else {}
-            # Pending tasks share one record ("123_2-7%2"): a task not listed is not yet out.
-            queued = any(not s.done and not s.job_id.rpartition("_")[2].isdigit()
-                         for s in states.values())  # fmt: skip
+            # Tasks not yet started share one record ("123_2-7%2"): theirs, when not listed.
+            rest = next((s for s in states.values() if not s.job_id.rpartition("_")[2].isdigit()),
+                        None)  # fmt: skip
             for i, job in list(pending.items()):
                 if job.paths.result_pickle.exists():
                     pending.pop(i)
@@ -124,8 +124,8 @@ def wait_results(
                     except Exception as exc:  # noqa: BLE001 - the function's error, reported
                         yield i, None, f"{type(exc).__name__}: {str(exc).splitlines()[-1][:300]}"
                     continue
-                st = states.get(job.job_id)
-                if (st is not None and not st.done) or (st is None and queued):
+                st = states.get(job.job_id) or rest
+                if st is not None and not st.done:
                     continue
                 # Ended (or gone from the controller) with no pickle yet: give the file a moment.
                 first = ended_at.setdefault(i, time.monotonic())
