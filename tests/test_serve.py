@@ -12,7 +12,8 @@ from test_search import _leftovers, _need_broker
 from hpclab import experiments
 from hpclab.config import ConfigError
 from hpclab.progress import Progress
-from hpclab.search.serve import MODEL_ENV, ServeConfig, _environ, plot_serve, predict, run_serve
+from hpclab.search.serve import MODEL_ENV, ServeConfig, _environ, predict, run_serve
+from hpclab.search.serve_plot import plot_serve
 from hpclab.search.trial import run_trial
 
 

@@ -6,7 +6,8 @@ from hpclab.experiments import Experiment
 from hpclab.search.autotune import AutotuneConfig, plot_autotune, run_autotune
 from hpclab.search.compare import StrategiesConfig, plot_strategies, run_strategies
 from hpclab.search.search_experiment import SearchConfig, plot_search, run_search
-from hpclab.search.serve import ServeConfig, plot_serve, run_serve
+from hpclab.search.serve import ServeConfig, run_serve
+from hpclab.search.serve_plot import plot_serve
 
 EXPERIMENTS = [
     Experiment(

@@ -14,28 +14,33 @@ Measured for each batch ``b`` (requests per task), one thread per model call on 
   a worker runs it, the result comes back through Redis); ``broker_ms`` is the round trip of the
   echo task with the same payload: what the broker costs per call, the model aside;
 - **throughput**: ``requests`` sent at once (many clients) as ``requests / b`` tasks to the
-  workers, vs the same requests one call after another in this process.
+  workers, vs the same requests one call after another in this process. ``send_ms`` is the
+  client's own cost per task (publishing it and subscribing to its result): with one request
+  per task this one client, not the workers, can be what limits the rate.
 
 Batching trades latency for throughput: the broker's round trip and the model call are paid per
 task, so grouping ``b`` requests amortises them, while each request waits for its whole batch
-(and, in a real service, for the batch to fill). Here the client groups requests; a real model
-server batches on its side instead: Triton's dynamic batcher and TorchServe gather the requests
-that arrive within a short delay (``max_queue_delay_microseconds``, ``max_batch_delay``) into one
-model call up to a maximum batch size.
+and, in a real service, for the batch to fill: ``fill_ms`` is that wait in a model (requests
+arriving evenly at ``arrivals`` per second), ``request_latency_ms`` = ``fill_ms`` + the call.
+Here the client groups requests; a real model server batches on its side instead: Triton's
+dynamic batcher and TorchServe gather the requests that arrive within a short delay
+(``max_queue_delay_microseconds``, ``max_batch_delay``) into one model call, up to a maximum
+batch size.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import statistics
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from hpclab.config import Config, ConfigError, param
-from hpclab.display import REFERENCE_GREY, figure, plural
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 
@@ -59,6 +64,9 @@ class ServeConfig(Config):
     )
     repeat: int = param(20, min=3, max=1000, quick=7, help="timed single calls per batch")
     bursts: int = param(3, min=1, max=50, quick=2, help="timed bursts of all requests per batch")
+    arrivals: float = param(
+        1000.0, min=1.0, max=1e7, log=True, help="requests/s arriving (model of the batch fill)"
+    )
 
     def check(self) -> None:
         if not self.batches:
@@ -131,10 +139,12 @@ def _measure(
     """
     from hpclab.measure.timing import time_fn
 
-    chunks, wrong = _chunks(rows, b), []
+    chunks, wrong, sending = _chunks(rows, b), [], []
 
     def burst() -> list[int]:
+        t0 = time.perf_counter()
         pending = [send(c) for c in chunks]
+        sending.append(time.perf_counter() - t0)  # the client's part: publish every task
         return [k for wait in pending for k in wait()]
 
     def compare(got: list[int]) -> None:  # the served classes vs the direct model's, exactly
@@ -156,6 +166,10 @@ def _measure(
         "requests_per_s": len(rows) / many.median_s,
         "requests_per_s_min": len(rows) / many.max_s,
         "requests_per_s_max": len(rows) / many.min_s,
+        # Through Celery: what sending one task costs the client (median over the timed bursts)
+        "send_ms": statistics.median(sending[-cfg.bursts :]) / len(chunks) * 1e3
+        if mode == "celery"
+        else 0.0,
         "mismatches": wrong[0],
     }
 
@@ -225,62 +239,10 @@ def run_serve(cfg: ServeConfig, progress: Progress) -> Result:
         shutil.rmtree(tmp, ignore_errors=True)
     accuracy = sum(p == y for p, y in zip(expected[batches[0]], labels, strict=True)) / len(labels)
     for r in records:
+        # Model, not measured: requests arriving evenly at ``arrivals`` per second wait on
+        # average (b - 1) / (2 * arrivals) for their batch to fill before it is sent.
+        fill_ms = (r["batch"] - 1) / (2 * cfg.arrivals) * 1e3
+        r.update(fill_ms=fill_ms, request_latency_ms=fill_ms + r["latency_ms"])
         r.update(model=cfg.model, val_acc=trained["val_acc"], served_acc=accuracy)
     progress.update(1, 1, "")
     return make_result("serve", cfg, records)
-
-
-@figure
-def plot_serve(result: Result) -> Any:
-    """Left: latency of one call vs requests per call (direct, Celery, the broker alone).
-    Right: requests per second for a burst of all requests vs requests per task."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    recs = result.records
-    workers = next((r["workers"] for r in recs if r["mode"] == "celery"), 0)
-    celery = f"Celery, {plural(workers, 'worker')}"
-    fig = make_subplots(
-        rows=1, cols=2, horizontal_spacing=0.12,
-        subplot_titles=("latency of one call (what each of its requests waits)",
-                        f"throughput: {recs[0]['requests']} requests sent at once"),
-    )  # fmt: skip
-    lines = (
-        ("direct", "direct call in this process", {"color": REFERENCE_GREY, "dash": "dash"}),
-        ("celery", celery, {}),
-    )
-    for mode, name, line in lines:
-        rs = sorted((r for r in recs if r["mode"] == mode), key=lambda r: r["batch"])
-        if not rs:
-            continue
-        x = [r["batch"] for r in rs]
-        fig.add_trace(go.Scatter(
-            x=x, y=[r["latency_ms"] for r in rs], name=name, legendgroup=name,
-            mode="lines+markers", line=line,
-            error_y={"type": "data", "symmetric": False,
-                     "array": [r["latency_ms_max"] - r["latency_ms"] for r in rs],
-                     "arrayminus": [r["latency_ms"] - r["latency_ms_min"] for r in rs]},
-            hovertemplate="%{x} requests per call: %{y:.3g} ms<extra>" + name + "</extra>",
-        ), row=1, col=1)  # fmt: skip
-        fig.add_trace(go.Scatter(
-            x=x, y=[r["requests_per_s"] for r in rs], name=name, legendgroup=name,
-            mode="lines+markers", line=line, showlegend=False,
-            error_y={"type": "data", "symmetric": False,
-                     "array": [r["requests_per_s_max"] - r["requests_per_s"] for r in rs],
-                     "arrayminus": [r["requests_per_s"] - r["requests_per_s_min"] for r in rs]},
-            hovertemplate="%{x} requests per task: %{y:.3g} requests/s<extra>" + name + "</extra>",
-        ), row=1, col=2)  # fmt: skip
-        if mode == "celery":
-            fig.add_trace(go.Scatter(
-                x=x, y=[r["broker_ms"] for r in rs], name="broker alone (echo task)",
-                mode="lines+markers", line={"dash": "dot"},
-                hovertemplate="%{x} requests per call: %{y:.3g} ms<extra>broker</extra>",
-            ), row=1, col=1)  # fmt: skip
-    ticks = sorted({r["batch"] for r in recs})
-    fig.update_xaxes(type="log", tickvals=ticks, ticktext=[str(t) for t in ticks])
-    fig.update_xaxes(title_text="requests per call (batch)", row=1, col=1)
-    fig.update_xaxes(title_text="requests per task (batch)", row=1, col=2)
-    fig.update_yaxes(title_text="milliseconds (median, min-max bars)", type="log", row=1, col=1)
-    fig.update_yaxes(title_text="requests per second", type="log", row=1, col=2)
-    fig.update_layout(title=f"serving the {recs[0]['model']} model: latency vs throughput")
-    return fig
