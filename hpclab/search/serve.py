@@ -12,7 +12,7 @@ Measured for each batch ``b`` (requests per task), one thread per model call on 
 
 - **latency**: one call of ``b`` requests, in this process (``direct``) and through Celery (send,
   a worker runs it, the result comes back through Redis); ``broker_ms`` is the round trip of the
-  echo task with the same payload: what the broker costs per call, the model aside;
+  echo task with the same inputs (sent, and sent back): the broker's cost per call, no model;
 - **throughput**: ``requests`` sent at once (many clients) as ``requests / b`` tasks to the
   workers, vs the same requests one call after another in this process. ``send_ms`` is the
   client's own cost per task (publishing it and subscribing to its result): with one request
@@ -83,7 +83,7 @@ def predict(rows: list[list[float]], path: str) -> list[int]:
     body of the task ``hpclab.predict`` and of the direct call alike."""
     import torch
 
-    model = _MODELS.get(path) or _load(path)
+    model = _MODELS[path] if path in _MODELS else _load(path)
     with torch.inference_mode():
         return model(torch.tensor(rows, dtype=torch.float32)).argmax(1).tolist()
 
