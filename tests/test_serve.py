@@ -13,7 +13,7 @@ from hpclab import experiments
 from hpclab.config import ConfigError
 from hpclab.progress import Progress
 from hpclab.search.serve import MODEL_ENV, ServeConfig, _environ, predict, run_serve
-from hpclab.search.serve_plot import plot_serve
+from hpclab.search.serve_plot import plot_serve, serve_table
 from hpclab.search.trial import run_trial
 
 
@@ -56,7 +56,9 @@ def test_a_round_trip_through_the_broker_costs_more_than_a_direct_call(served):
     assert by["celery", 16]["requests_per_s"] > 2 * by["celery", 1]["requests_per_s"]
 
 
-def test_the_plot_shows_both_modes_and_the_broker(served):
+def test_the_plot_and_table_show_both_modes_and_the_broker(served):
+    table = serve_table(served)
+    assert len(table) == 6 and (table["predictions differing"] == 0).all()
     fig = plot_serve(served)
     names = {t.name for t in fig.data}
     assert {"direct call in this process", "Celery, 2 workers", "broker alone (echo task)"} <= names

@@ -1,4 +1,4 @@
-"""The plot of experiment ``serve`` (chapter 08): latency and throughput vs requests per task."""
+"""The plot and table of experiment ``serve`` (chapter 08): latency and throughput vs batch."""
 
 from __future__ import annotations
 
@@ -70,3 +70,20 @@ def plot_serve(result: Result) -> Any:
     fig.update_yaxes(title_text="requests per second", type="log", row=1, col=2)
     fig.update_layout(title=f"serving the {recs[0]['model']} model: latency vs throughput")
     return fig
+
+
+def serve_table(result: Result) -> Any:
+    """One row per (mode, batch): a call's latency, the broker's and the client's share,
+    requests per second, and predictions that differ from the direct model's (0 expected)."""
+    import pandas as pd
+
+    from hpclab.display import readable
+
+    cols = {
+        "mode": "mode", "batch": "requests per task", "latency_ms": "one call (ms)",
+        "broker_ms": "broker alone (ms)", "send_ms": "client send per task (ms)",
+        "requests_per_s": "requests/s", "fill_ms": "batch fill wait (ms, model)",
+        "mismatches": "predictions differing",
+    }  # fmt: skip
+    frame = pd.DataFrame(result.records)[list(cols)].rename(columns=cols)
+    return readable(frame.set_index(["mode", "requests per task"]))
