@@ -6,6 +6,8 @@ from hpclab.experiments import Experiment
 from hpclab.search.autotune import AutotuneConfig, plot_autotune, run_autotune
 from hpclab.search.compare import StrategiesConfig, plot_strategies, run_strategies
 from hpclab.search.search_experiment import SearchConfig, plot_search, run_search
+from hpclab.search.serve import ServeConfig, run_serve
+from hpclab.search.serve_plot import plot_serve
 
 EXPERIMENTS = [
     Experiment(
@@ -23,6 +25,14 @@ EXPERIMENTS = [
         config=StrategiesConfig,
         run=run_strategies,
         plot=plot_strategies,
+    ),
+    Experiment(
+        name="serve",
+        chapter="08",
+        help="a trained model behind Celery workers: latency, throughput and request batching",
+        config=ServeConfig,
+        run=run_serve,
+        plot=plot_serve,
     ),
     Experiment(
         name="autotune",
