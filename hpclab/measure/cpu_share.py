@@ -54,11 +54,23 @@ def _our_cpus() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
-def _own_seconds() -> float:
+def _own_seconds(descendants: bool = False) -> float:
     total = 0.0
     for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
         r = resource.getrusage(who)
         total += r.ru_utime + r.ru_stime
+    if descendants:
+        # Live children (e.g. DataLoader workers) are not in RUSAGE_CHILDREN until reaped; one
+        # reaped in between moves from here into RUSAGE_CHILDREN, so the difference stays right.
+        try:
+            import psutil
+
+            for child in psutil.Process().children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    t = child.cpu_times()
+                    total += t.user + t.system
+        except ImportError:
+            pass
     return total
 
 
@@ -82,16 +94,21 @@ class _Holder:
 
 
 @contextlib.contextmanager
-def measure_cpu_share() -> Iterator[_Holder]:
-    """``with measure_cpu_share() as got: ...``; afterwards ``got.value`` is a :class:`CpuShare`."""
+def measure_cpu_share(descendants: bool = False) -> Iterator[_Holder]:
+    """``with measure_cpu_share() as got: ...``; afterwards ``got.value`` is a :class:`CpuShare`.
+
+    ``descendants=True`` counts this process's live children as ours too (a training rank's
+    DataLoader workers); by default a child still running is one of the "other processes".
+    """
     cpus = _our_cpus()
     holder = _Holder()
-    own0, busy0, t0 = _own_seconds(), _busy_seconds(cpus), time.perf_counter()
+    own0, busy0 = _own_seconds(descendants), _busy_seconds(cpus)
+    t0 = time.perf_counter()
     try:
         yield holder
     finally:
         wall = max(time.perf_counter() - t0, 1e-9)
-        own = (_own_seconds() - own0) / wall
+        own = (_own_seconds(descendants) - own0) / wall
         busy1 = _busy_seconds(cpus)
         others = 0.0
         if busy0 is not None and busy1 is not None:
