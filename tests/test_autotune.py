@@ -212,3 +212,27 @@ def test_a_small_run_screens_every_survivor_and_re_measures_the_best_and_the_def
     assert summary["best_vs_default"] >= 1.0  # the default is one of the re-measured
     assert 0 < summary["screen_s"] and 0 < summary["screen_serial_s"]
     assert set(summary["best"]) == set(KNOBS)
+
+
+def test_the_knobs_change_the_speed_not_what_is_learned():
+    """DataLoader workers deliver the very same batches; channels-last weights compute the same
+    step (to rounding); bf16 autocast stays close to fp32 (a different dtype, so not equal)."""
+    from dataclasses import replace
+
+    from hpclab.ddp.ddp_experiment import preload
+    from hpclab.ddp.worker import TrainSpec, ddp_worker
+    from hpclab.dist import launch
+
+    preload()  # forked ranks start with torch's lazy imports done
+    spec = TrainSpec(model="cnn", side=8, per_rank_batch=16, steps=4, warmup=1, samples=128,
+                     measure_compute=False, measure_allreduce=False)  # fmt: skip
+
+    def last(**kw):
+        outs = launch(ddp_worker, 1, args=(replace(spec, **kw),), device="cpu", threads_per_rank=1)
+        return outs[0]["loss_last"]
+
+    base = last()
+    assert last(loader_workers=1) == base
+    assert last(memory_format="channels_last") == pytest.approx(base, rel=1e-5)
+    bf16 = last(dtype="bf16")
+    assert bf16 == pytest.approx(base, rel=0.05) and bf16 != base

@@ -131,14 +131,18 @@ def place(
     )
 
 
-def rank_cores(cpus: Sequence[int], ranks: int) -> tuple[tuple[int, ...], ...]:
+def rank_cores(
+    cpus: Sequence[int], ranks: int, allowed: set[int] | None = None
+) -> tuple[tuple[int, ...], ...]:
     """Split ``cpus`` into ``ranks`` disjoint consecutive slices of ``len(cpus) // ranks`` cores
-    (a remainder stays unused); refuse cores this process may not use or fewer than one a rank."""
+    (a remainder stays unused); refuse cores outside ``allowed`` (default: those this process
+    may use) or fewer than one a rank."""
     cpus = tuple(sorted(set(cpus)))
-    try:
-        allowed = os.sched_getaffinity(0)
-    except (AttributeError, OSError):  # no affinity on this system: every core is allowed
-        allowed = set(range(os.cpu_count() or 1))
+    if allowed is None:
+        try:
+            allowed = os.sched_getaffinity(0)
+        except (AttributeError, OSError):  # no affinity on this system: every core is allowed
+            allowed = set(range(os.cpu_count() or 1))
     if not cpus or not set(cpus) <= allowed:
         raise LaunchError(
             f"cpus={list(cpus)} must be a non-empty set of the cores this process may use; "

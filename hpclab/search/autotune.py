@@ -219,6 +219,7 @@ def run_autotune(cfg: AutotuneConfig, progress: Progress) -> Result:
             / best["samples_per_s"],
             "median_measured": statistics.median(r["samples_per_s"] for r in screened),
             "disturbed": sum(1 for r in records if r.get("disturbed")),
+            "disturbed_final_rounds": sum(r["disturbed_rounds"] for r in final),
             "at_once_max": most,
             "screen_s": screen_s,
             "screen_serial_s": sum(r["wall_s"] for r in records if "wall_s" in r),
@@ -287,8 +288,14 @@ def plot_autotune(result: Result) -> Any:
             f"(alone); screening {summary['screen_s']:.1f} s in parallel vs "
             f"{summary['screen_serial_s']:.1f} s of runs</sup>"
         )
+        if summary.get("disturbed") or summary.get("disturbed_final_rounds"):
+            title += (
+                f"<br><sup>disturbed by other processes: {summary['disturbed']} screening runs, "
+                f"{summary['disturbed_final_rounds']} final rounds (run again when it is quiet)"
+                "</sup>"
+            )
     fig.update_layout(
-        title=title, height=max(320, 26 * len(rows) + 160), margin={"l": 380, "t": 90},
+        title=title, height=max(320, 26 * len(rows) + 180), margin={"l": 380, "t": 110},
         legend={"orientation": "h", "y": -0.12},
     )  # fmt: skip
     fig.update_xaxes(title_text="samples/s")
