@@ -24,8 +24,11 @@ products) and memory format (channels-last convolutions).
 - The survivors are screened in parallel on disjoint cores, then the best few and the default
   are measured again alone, side by side (:mod:`hpclab.search.screen` says how and why).
 
-Records: one per candidate (``status`` = ``pruned: <constraint>``, ``measured`` or
-``default``: the screening), one ``final`` record per configuration re-measured alone, and one
+The runs are CPU ranks (gloo) even on a GPU node: GPU knobs (GPUs per candidate, NCCL, pinned
+memory, TF32) are not in this space yet.
+
+Records: one per candidate (``status`` = ``pruned: <constraint>``, ``measured``, ``default``
+or ``failed: <why>``: the screening), one ``final`` record per configuration re-measured alone, and one
 ``summary`` record with ``candidates``, ``pruned``, ``measured``, the default's and the best
 one's samples/s, ``best_vs_default`` (from the final phase), and the screening wall time in
 parallel (``screen_s``) beside the sum of the runs' own wall times (``screen_serial_s``: what one
@@ -39,7 +42,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from hpclab.config import Config, ConfigError, param
+from hpclab.config import Config, ConfigError, RunError, param
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 from hpclab.search.screen import KNOBS, cores_needed, screen, side_by_side
@@ -192,7 +195,12 @@ def run_autotune(cfg: AutotuneConfig, progress: Progress) -> Result:
                                   progress)  # fmt: skip
     records = [dict(c, status=f"pruned: {why}", tier="live") for c, why in judged if why]
     for k, (c, got) in enumerate(zip([default, *kept], runs, strict=True)):
-        records.append(dict(c, **got, status="default" if k == 0 else "measured", tier="live"))
+        status = "default" if k == 0 else "measured"
+        if "failed" in got:
+            status = f"failed: {got.pop('failed')}"
+            if k == 0:
+                raise RunError(f"the default configuration {default} could not run ({status})")
+        records.append(dict(c, **got, status=status, tier="live"))
     screened = [r for r in records if r["status"] == "measured"]
     ranked = sorted(screened, key=lambda r: -r["samples_per_s"])
     same = {k: default[k] for k in KNOBS}
@@ -210,6 +218,7 @@ def run_autotune(cfg: AutotuneConfig, progress: Progress) -> Result:
             "candidates": len(judged),
             "pruned": len(judged) - len(kept),
             "measured": len(kept),
+            "failed": sum(1 for r in records if r["status"].startswith("failed")),
             "default_samples_per_s": base["samples_per_s"],
             "best_samples_per_s": best["samples_per_s"],
             "best": {k: best[k] for k in KNOBS},
@@ -217,7 +226,9 @@ def run_autotune(cfg: AutotuneConfig, progress: Progress) -> Result:
             "best_vs_default": best["samples_per_s"] / base["samples_per_s"],
             "spread_best": (best["samples_per_s_max"] - best["samples_per_s_min"])
             / best["samples_per_s"],
-            "median_measured": statistics.median(r["samples_per_s"] for r in screened),
+            "median_measured": statistics.median(r["samples_per_s"] for r in screened)
+            if screened
+            else None,
             "disturbed": sum(1 for r in records if r.get("disturbed")),
             "disturbed_final_rounds": sum(r["disturbed_rounds"] for r in final),
             "at_once_max": most,

@@ -125,8 +125,16 @@ def screen(
     t0 = time.perf_counter()
 
     def timed(*args: Any) -> dict[str, Any]:
+        from hpclab.dist import RankError
+
         start = time.perf_counter() - t0
-        got = measure(*args)
+        try:
+            got = measure(*args)
+        except RankError as exc:  # a candidate that cannot run is a result, not the end
+            got = {
+                "failed": str(exc).splitlines()[0][:300],
+                "wall_s": time.perf_counter() - t0 - start,
+            }
         return dict(got, start_s=start, end_s=time.perf_counter() - t0)
 
     with ThreadPoolExecutor(max_workers=limit, thread_name_prefix="hpclab-screen") as pool:
@@ -142,7 +150,7 @@ def screen(
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
             for fut in finished:
                 i, mine = running.pop(fut)
-                out[i] = fut.result()  # a failed run raises here; the others finish first
+                out[i] = fut.result()
                 free = sorted(free + mine)
                 done += 1
                 progress.update(done, len(candidates), f"screened {done}/{len(candidates)}")
