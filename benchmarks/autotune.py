@@ -73,6 +73,11 @@ def main() -> int:
     )
     ratio = summary["best_vs_default"]
     print(
+        f"best vs default: {ratio:.2f}x by the median of {cfg.rounds} rounds, "
+        f"{summary['best_vs_default_fastest']:.2f}x by the fastest round of each "
+        f"({summary['disturbed_final_rounds']} final rounds disturbed)"
+    )
+    print(
         f"autotune: best_vs_default={ratio:.2f} goal>={GOAL} {'PASS' if ratio >= GOAL else 'FAIL'}"
     )
     return 0

@@ -88,8 +88,9 @@ def place(
 
     ``gpus`` and ``cores`` default to what this allocation has; pass them to ask "what would
     happen on a node with 4 GPUs". ``cpus`` pins the ranks (see the module's docstring); they
-    must be cores this process may use, at least one per rank. ``backend="none"`` runs the ranks without a process group
-    (independent processes sharing tensors, chapter 05); one rank with ``"auto"`` needs none.
+    must be cores this process may use, at least one per rank. ``backend="none"`` runs the
+    ranks without a process group (independent processes sharing tensors, chapter 05); one rank
+    with ``"auto"`` needs none.
     """
     if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
         raise LaunchError(f"ranks={ranks!r} must be a whole number >= 1")
@@ -101,7 +102,7 @@ def place(
     slices: tuple[tuple[int, ...], ...] = ()
     if cpus is not None:
         slices = rank_cores(cpus, ranks)
-        cores = len(tuple(cpus))
+        cores = len(set(cpus))
     cores = usable_cores() if cores is None else cores
     if device == "auto":
         device = "cuda" if backend != "gloo" and 0 < ranks <= gpus else "cpu"
