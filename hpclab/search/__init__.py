@@ -4,5 +4,7 @@
 - :mod:`~hpclab.search.strategies`: grid, random and model-based (Optuna TPE) search;
 - :mod:`~hpclab.search.broker` and :mod:`~hpclab.search.tasks`: a private Redis and Celery
   workers, one task per trial;
-- :mod:`~hpclab.search.search_experiment`: the ``search`` experiment and its plot.
+- :mod:`~hpclab.search.search_experiment`: the ``search`` experiment and its plot;
+- :mod:`~hpclab.search.autotune` and :mod:`~hpclab.search.screen`: the ``autotune`` experiment
+  (a pruned configuration space, screened in parallel on disjoint cores, finalists alone).
 """
