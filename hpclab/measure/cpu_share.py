@@ -68,16 +68,28 @@ def _our_cpus() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
-def _own_seconds() -> float:
+def _own_seconds(descendants: bool = False) -> float:
     total = 0.0
     for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
         r = resource.getrusage(who)
         total += r.ru_utime + r.ru_stime
+    if descendants:
+        # Live children (e.g. DataLoader workers) are not in RUSAGE_CHILDREN until reaped; one
+        # reaped in between moves from here into RUSAGE_CHILDREN, so the difference stays right.
+        try:
+            import psutil
+
+            for child in psutil.Process().children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    t = child.cpu_times()
+                    total += t.user + t.system
+        except ImportError:
+            pass
     return total
 
 
-def _children_seconds() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+def _self_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 
 
@@ -117,17 +129,22 @@ class _Holder:
 
 
 @contextlib.contextmanager
-def measure_cpu_share() -> Iterator[_Holder]:
-    """``with measure_cpu_share() as got: ...``; afterwards ``got.value`` is a :class:`CpuShare`."""
+def measure_cpu_share(descendants: bool = False) -> Iterator[_Holder]:
+    """``with measure_cpu_share() as got: ...``; afterwards ``got.value`` is a :class:`CpuShare`.
+
+    ``descendants=True`` counts this process's live children as ours too (a training rank's
+    DataLoader workers); by default a child still running is one of the "other processes".
+    """
     cpus = _our_cpus()
     holder = _Holder()
-    wait0, kids0 = _waiting_seconds(), _children_seconds()
-    own0, busy0, t0 = _own_seconds(), _busy_seconds(cpus), time.perf_counter()
+    wait0, self0 = _waiting_seconds(), _self_seconds()
+    own0, busy0 = _own_seconds(descendants), _busy_seconds(cpus)
+    t0 = time.perf_counter()
     try:
         yield holder
     finally:
         wall = max(time.perf_counter() - t0, 1e-9)
-        own_s = _own_seconds() - own0
+        own_s = _own_seconds(descendants) - own0
         own = own_s / wall
         busy1 = _busy_seconds(cpus)
         wait1 = _waiting_seconds()
@@ -136,7 +153,8 @@ def measure_cpu_share() -> Iterator[_Holder]:
             others = max(0.0, (busy1 - busy0) / wall - own)
         waited = None
         # Known only when the work ran here: children's delay left with them.
-        if wait0 is not None and wait1 is not None and _children_seconds() - kids0 <= 0.2 * own_s:
+        in_children = own_s - (_self_seconds() - self0)
+        if wait0 is not None and wait1 is not None and in_children <= 0.2 * own_s:
             waited = sum(w - wait0.get(tid, 0.0) for tid, w in wait1.items()) / wall
         holder.value = CpuShare(len(cpus), wall, own, others, waited)
 

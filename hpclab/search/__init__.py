@@ -6,4 +6,6 @@
   workers, one task per trial;
 - :mod:`~hpclab.search.search_experiment`: the ``search`` experiment and its plot;
 - :mod:`~hpclab.search.serve`: the ``serve`` experiment: a trained model behind Celery workers.
+- :mod:`~hpclab.search.autotune` and :mod:`~hpclab.search.screen`: the ``autotune`` experiment
+  (a pruned configuration space, screened in parallel on disjoint cores, finalists alone).
 """

@@ -37,7 +37,8 @@ EXPERIMENTS = [
     Experiment(
         name="autotune",
         chapter="08",
-        help="prune a space of threads x batch x dtype x memory format, benchmark the rest",
+        help="prune threads x ranks x batch x loader workers x buckets x dtype x format, "
+        "screen the rest in parallel, re-measure the best alone",
         config=AutotuneConfig,
         run=run_autotune,
         plot=plot_autotune,
