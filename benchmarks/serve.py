@@ -33,12 +33,16 @@ def main() -> int:
         return 1
     by = {(r["mode"], r["batch"]): r for r in recs}
     for r in recs:
+        broker = (
+            f"broker alone {r['broker_ms']:.2f} ms, sending {r['send_ms']:.2f} ms per task, "
+            f"{r['mismatches']} predictions differ"
+            if r["mode"] == "celery"
+            else "in this process"
+        )
         print(
             f"{r['mode']:>6} batch {r['batch']:>2}: one call {r['latency_ms']:.3f} ms "
             f"[{r['latency_ms_min']:.3f}-{r['latency_ms_max']:.3f}], "
-            f"{r['requests_per_s']:.0f} requests/s for {r['requests']} at once, "
-            f"broker alone {r['broker_ms']:.2f} ms, sending {r['send_ms']:.2f} ms per task, "
-            f"{r['mismatches']} predictions differ"
+            f"{r['requests_per_s']:.0f} requests/s for {r['requests']} at once, {broker}"
         )
     if any(r["mismatches"] for r in recs):
         print("serve: could not measure: Celery's predictions differ from the direct model's")
