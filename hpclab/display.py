@@ -157,6 +157,7 @@ def load_note(result: Any) -> str:
     from hpclab.measure.cpu_share import CpuShare
 
     fields = {k: share[k] for k in ("cores", "wall_s", "own_cores", "others_cores")}
+    fields["waited_cores"] = share.get("waited_cores")
     return CpuShare(**fields).sentence()
 
 

@@ -51,6 +51,7 @@ def run_trial(
     seed: int = 0,
     report: Callable[[int, float], bool] | None = None,
     samples: int = 0,
+    save_to: str | None = None,
 ) -> dict[str, Any]:
     """Train with ``params`` for ``epochs``; return ``val_loss``, ``val_acc``, ``seconds``.
 
@@ -60,6 +61,8 @@ def run_trial(
     ``report(epoch, val_loss) -> stop`` is called after each epoch (a pruner's hook: return True
     to stop a hopeless trial early; the record then says ``pruned``). A diverged trial (loss NaN
     or infinite) ends at once with ``val_loss = inf``.
+
+    ``save_to``: a file where the trained model is saved (:func:`save_model`), e.g. to serve it.
     """
     import torch
     import torch.nn.functional as F
@@ -101,6 +104,8 @@ def run_trial(
         if report is not None and report(epoch, val_loss):
             pruned = True
             break
+    if save_to:
+        save_model(model, p["model"], xt.shape[1], save_to)
     return {
         "val_loss": val_loss,
         "val_acc": val_acc if math.isfinite(val_loss) else 0.0,
@@ -148,3 +153,23 @@ def fresh_trials(
 ) -> list[dict[str, Any]]:
     """:func:`timed_trials` as a list: the function a submitit job runs (a result is pickled)."""
     return list(timed_trials(points, epochs, seed, samples))
+
+
+def save_model(model: Any, name: str, in_features: int, path: str) -> None:
+    """The model's name, input width and weights, enough for :func:`load_model` to rebuild it."""
+    import torch
+
+    blob = {"model": name, "in_features": int(in_features), "state": model.state_dict()}
+    torch.save(blob, path)
+
+
+def load_model(path: str) -> Any:
+    """The model :func:`save_model` wrote, in eval mode (weights only: no code is unpickled)."""
+    import torch
+
+    from hpclab.train import make_model
+
+    blob = torch.load(path, weights_only=True)
+    model = make_model(blob["model"], in_features=blob["in_features"])
+    model.load_state_dict(blob["state"])
+    return model.eval()

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from hpclab.check import sgd as check
+from hpclab.check.ssp import ssp_rule
 from hpclab.sgd.staleness import ssp_allows
 
 # --- (a) Hogwild worker loop --------------------------------------------------------------
@@ -155,8 +156,8 @@ def test_apply_gradient_rejects(fn, advice):
 
 
 def test_ssp_rule_accepts_the_solution():
-    assert check.ssp_rule(lambda c, t, b: c[t] - min(c) <= b).passed
-    assert check.ssp_rule(lambda c, t, b: ssp_allows(c, t, b)).passed
+    assert ssp_rule(lambda c, t, b: c[t] - min(c) <= b).passed
+    assert ssp_rule(lambda c, t, b: ssp_allows(c, t, b)).passed
 
 
 @pytest.mark.parametrize(
@@ -176,6 +177,6 @@ def test_ssp_rule_accepts_the_solution():
     ],
 )
 def test_ssp_rule_rejects(rule, advice):
-    res = check.ssp_rule(rule)
+    res = ssp_rule(rule)
     assert not res.passed and advice in res.message, res.message
     assert "min(clocks)" not in res.message  # feedback, not the answer

@@ -118,3 +118,42 @@ def test_torch_threads_is_the_one_setter_and_restores():
     with torch_threads(1) as n:
         assert n == 1 and torch.get_num_threads() == 1 and os.environ["OMP_NUM_THREADS"] == "1"
     assert torch.get_num_threads() == old and os.environ.get("OMP_NUM_THREADS") == old_env
+
+
+def _affinity(ctx):
+    import torch.utils.data as tud
+
+    # A DataLoader worker started by the rank runs on the rank's cores too: one item, its affinity.
+    worker = tud.DataLoader(_AffinityOfWorker(), num_workers=1, batch_size=None)
+    return sorted(os.sched_getaffinity(0)), ctx.cpus, ctx.threads, next(iter(worker))
+
+
+class _AffinityOfWorker(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        yield sorted(os.sched_getaffinity(0))
+
+
+def test_cpus_split_into_one_disjoint_slice_per_rank_and_pin_each_rank():
+    from hpclab.dist import launch
+    from hpclab.dist.placement import rank_cores
+
+    usable = sorted(os.sched_getaffinity(0))
+    assert rank_cores([3, 1, 2, 0, 5], 2, set(range(8))) == (
+        (0, 1),
+        (2, 3),
+    )  # sorted, consecutive, rest unused
+    assert place(2, "cpu", cpus=usable[:2], gpus=0).threads == 1  # usable cores = len(cpus)
+    with pytest.raises(LaunchError, match="at least one core per rank"):
+        rank_cores(usable[:1], 2)
+    with pytest.raises(LaunchError, match="cores this process may use"):
+        rank_cores([max(usable) + 1000], 1)
+    with pytest.raises(LaunchError, match="inprocess"):
+        launch(_affinity, 1, cpus=usable[:1], inprocess=True)
+    if len(usable) < 2:
+        pytest.skip("needs two usable cores")
+    outs = launch(_affinity, 2, cpus=usable[:2], device="cpu")
+    assert [o[0] for o in outs] == [[usable[0]], [usable[1]]]  # what each rank process reports
+    assert [list(o[1]) for o in outs] == [[usable[0]], [usable[1]]] and outs[0][2] == 1
+    assert [o[3] for o in outs] == [[usable[0]], [usable[1]]]  # its DataLoader worker: inherited
+    free = launch(_affinity, 1, device="cpu")[0]
+    assert free[0] == usable and free[1] == ()  # no cpus: not pinned

@@ -104,22 +104,40 @@ def test_tables_show_counts_as_integers_and_three_significant_digits():
     assert plural(1, "thread") == "1 thread" and plural(2, "thread") == "2 threads"
 
 
-def test_cpu_share_sees_another_process_on_our_cores():
+def test_cpu_share_sees_other_processes_in_our_way():
+    import os
+    import time
+
     from hpclab.measure.cpu_share import measure_cpu_share
 
-    code = "import time\nt=time.time()\nwhile time.time()-t<1.5: pass"
-    hog = subprocess.Popen([sys.executable, "-c", code])
+    # As many busy processes as we have cores, and one busy thread of ours: we must wait.
+    cores = len(os.sched_getaffinity(0))
+    code = "import time\nt=time.time()\nwhile time.time()-t<2.5: pass"
+    hogs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(cores)]
     try:
+        time.sleep(0.3)  # the hogs are running
         with measure_cpu_share() as got:
-            import time
-
-            time.sleep(1.0)
+            t = time.perf_counter()
+            while time.perf_counter() - t < 1.0:
+                pass
     finally:
-        hog.wait(10)
+        for h in hogs:
+            h.wait(10)
     share = got.value
-    assert share.own_cores < 0.2  # we slept
-    assert share.others_cores >= 0.5 and share.disturbed  # the hog held a core
-    assert "other processes used" in share.sentence()
+    assert share.others_cores >= 0.5  # the hogs held cores
+    assert share.waited_cores is not None and share.waited_cores >= 0.1  # and we waited
+    assert share.disturbed and "other processes used" in share.sentence()
+
+
+def test_cpu_share_others_busy_but_not_in_our_way_is_not_disturbed():
+    from hpclab.measure.cpu_share import CpuShare
+
+    # One thread of ours on two cores, another process on the other core, no wait: not disturbed.
+    assert not CpuShare(2, 1.0, 1.0, 1.0, waited_cores=0.0).disturbed
+    assert CpuShare(2, 1.0, 1.0, 1.0, waited_cores=0.5).disturbed
+    # Work in child processes (their wait is unknown): others being busy is the signal alone.
+    assert CpuShare(2, 1.0, 0.1, 1.0, waited_cores=None).disturbed
+    assert not CpuShare(2, 1.0, 2.0, 0.1, waited_cores=0.5).disturbed  # we waited on ourselves
 
 
 def test_doctor_report_wraps_at_spaces_only():

@@ -24,6 +24,24 @@ from dataclasses import dataclass
 from typing import Any
 
 
+def error_line(err: BaseException) -> str:
+    """One line for the student's error, ``Type: message``. A failed rank (:class:`RunError`)
+    keeps its first line, which names the rank and the cause. An error re-raised with the
+    original traceback in its message (a DataLoader worker's, a rank's) ends with the original
+    ``Type: message``: that last line is the one to show."""
+    import re
+
+    from hpclab.config import RunError
+
+    text = str(err).strip().splitlines()
+    if isinstance(err, RunError) and text:
+        return text[0]
+    last = text[-1].strip() if text else ""
+    if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Warning|Interrupt|Exit)\b", last):
+        return last
+    return f"{type(err).__name__}: {last}" if last else type(err).__name__
+
+
 @dataclass(frozen=True)
 class CheckResult:
     passed: bool

@@ -8,13 +8,7 @@ import pstats
 from collections.abc import Callable
 from typing import Any
 
-from hpclab.check import CheckResult, as_number, exercise_check, failed, passed
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[-1] if text else ''}"
-
+from hpclab.check import CheckResult, as_number, error_line, exercise_check, failed, passed
 
 # --- (a) the function with the most self time ------------------------------------------------
 
@@ -76,7 +70,7 @@ def top_self(fn: Callable[[pstats.Stats], tuple[str, float]]) -> CheckResult:
             got = fn(stats)
             name, share = got
         except Exception as err:  # noqa: BLE001 - feedback, not a traceback
-            return failed(f"on {label}: your function raised {_first_line(err)}")
+            return failed(f"on {label}: your function raised {error_line(err)}")
         share = as_number(share, "the share")
         if isinstance(share, CheckResult):
             return share
@@ -126,7 +120,7 @@ def monitor_loss(fn: Callable) -> CheckResult:
     try:
         got = fn(model, loss_fn, x, y)
     except Exception as err:  # noqa: BLE001
-        return failed(f"your function raised {_first_line(err)}")
+        return failed(f"your function raised {error_line(err)}")
     if not isinstance(got, torch.Tensor):
         return failed(
             f"it returns a {type(got).__name__}: turning the loss into a Python number "
@@ -146,7 +140,7 @@ def monitor_loss(fn: Callable) -> CheckResult:
         leaky, leaky_loss = _rss_growth(None, 300)
         fixed, fixed_loss = _rss_growth(fn, 300)
     except Exception as err:  # noqa: BLE001
-        return failed(f"training with your function raised {_first_line(err)}")
+        return failed(f"training with your function raised {error_line(err)}")
     if abs(fixed_loss - leaky_loss) > 1e-4 * abs(leaky_loss):
         return failed(f"the monitoring loss changed: {fixed_loss:.6f} vs {leaky_loss:.6f}")
     if fixed > max(8.0, 0.3 * leaky):
@@ -198,7 +192,7 @@ def fast_dataset(cls: type, ratio_goal: float = 3.0) -> CheckResult:
         idx = [5, 0, 77, 200, 31]
         x, y = ds.__getitems__(idx)
     except Exception as err:  # noqa: BLE001
-        return failed(f"your dataset raised {_first_line(err)}")
+        return failed(f"your dataset raised {error_line(err)}")
     want_x = torch.stack([ref[i][0] for i in idx])
     want_y = torch.tensor([ref.labels[i] for i in idx])
     if tuple(torch.as_tensor(x).shape) != tuple(want_x.shape):
@@ -220,7 +214,7 @@ def fast_dataset(cls: type, ratio_goal: float = 3.0) -> CheckResult:
         }
         ratio = _data_path_ratio(cls)
     except Exception as err:  # noqa: BLE001
-        return failed(f"training with your dataset raised {_first_line(err)}")
+        return failed(f"training with your dataset raised {error_line(err)}")
     if abs(losses["yours"] - losses["slow"]) > 1e-3 * abs(losses["slow"]) + 1e-6:
         return failed(f"final loss {losses['yours']:.6f} differs from {losses['slow']:.6f}")
     if ratio < ratio_goal:
@@ -265,7 +259,7 @@ def matmul_bound(fn: Callable[[int, int, int, float], str], top_op: str, table: 
         try:
             got = fn(m, k, n, ridge)
         except Exception as err:  # noqa: BLE001
-            return failed(f"your function raised {_first_line(err)} for m,k,n={m},{k},{n}")
+            return failed(f"your function raised {error_line(err)} for m,k,n={m},{k},{n}")
         if got not in ("compute", "memory"):
             return failed(f"answer 'compute' or 'memory', got {got!r}")
         if got != want:

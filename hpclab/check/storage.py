@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -12,19 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from hpclab.check import CheckResult, as_number, exercise_check, failed, near, passed
+from hpclab.check import CheckResult, as_number, error_line, exercise_check, failed, near, passed
 from hpclab.check.lmdb_probe import CountOpens, Log, handles, read_all
-
-
-def _first_line(err: BaseException) -> str:
-    """``Type: message`` of the student's error. A DataLoader re-raises a worker's error with
-    "Caught X in DataLoader worker process 0." first and the worker's traceback after it; the
-    last line of that traceback is already ``Type: message``."""
-    text = str(err).strip().splitlines()
-    last = text[-1].strip() if text else ""
-    if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Warning|Interrupt|Exit)\b", last):
-        return last
-    return f"{type(err).__name__}: {last}" if last else type(err).__name__
 
 
 @exercise_check
@@ -56,7 +44,7 @@ def _lazy_dataset(cls: type, path: str, log: Log, src: Any, samples: int) -> Che
     try:
         ds = cls(path)
     except Exception as err:  # noqa: BLE001 - feedback, not a traceback
-        return failed(f"{name}(path) raised {_first_line(err)}")
+        return failed(f"{name}(path) raised {error_line(err)}")
     me = os.getpid()
     opened = handles(ds)
     at_init = log.counts().get(me, {})
@@ -73,7 +61,7 @@ def _lazy_dataset(cls: type, path: str, log: Log, src: Any, samples: int) -> Che
     try:
         n = len(ds)
     except Exception as err:  # noqa: BLE001
-        return failed(f"len(dataset) raised {_first_line(err)}")
+        return failed(f"len(dataset) raised {error_line(err)}")
     if n != samples:
         return failed(f"len(dataset) is {n}; the database holds {samples} records")
     # What a student does first in a notebook: look at one sample, in the parent.
@@ -81,7 +69,7 @@ def _lazy_dataset(cls: type, path: str, log: Log, src: Any, samples: int) -> Che
         ds[0]
         ds[1]
     except Exception as err:  # noqa: BLE001
-        return failed(f"dataset[0] in the notebook's own process raised {_first_line(err)}")
+        return failed(f"dataset[0] in the notebook's own process raised {error_line(err)}")
     parent = log.counts().get(me, {})
     if not parent.get("open"):
         return failed(
@@ -104,7 +92,7 @@ def _lazy_dataset(cls: type, path: str, log: Log, src: Any, samples: int) -> Che
     try:
         x, y = read_all(ds, log, batch=40)
     except Exception as err:  # noqa: BLE001
-        text = _first_line(err)
+        text = error_line(err)
         hint = ""
         if "already open" in text:
             hint = (
@@ -178,9 +166,7 @@ def _shards_case(pack_fn: Callable, read_fn: Callable, files: int, per_shard: in
         try:
             pack_fn(str(folder), str(out), per_shard)
         except Exception as err:  # noqa: BLE001
-            return failed(
-                f"pack_fn({files} files, per_shard={per_shard}) raised {_first_line(err)}"
-            )
+            return failed(f"pack_fn({files} files, per_shard={per_shard}) raised {error_line(err)}")
         tars = sorted(p for p in out.iterdir() if p.name.endswith(".tar"))
         expected = math.ceil(files / per_shard)
         if len(tars) != expected:
@@ -192,7 +178,7 @@ def _shards_case(pack_fn: Callable, read_fn: Callable, files: int, per_shard: in
         try:
             got = [(os.path.basename(str(n)), bytes(d)) for n, d in read_fn(str(out))]
         except Exception as err:  # noqa: BLE001
-            return failed(f"read_fn raised {_first_line(err)}")
+            return failed(f"read_fn raised {error_line(err)}")
         if len(got) < files:
             missing = (
                 "is the last, partly filled shard written and read?"

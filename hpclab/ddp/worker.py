@@ -9,14 +9,22 @@ One worker, :func:`ddp_worker`, serves three purposes with one code path:
 - with one rank and no process group it is the serial reference (no DDP wrapper);
 - it times the steps with :func:`hpclab.measure.timing.time_fn` and, beside them, the same
   step on a local copy without communication (``compute_s``) and one all-reduce of the
-  gradient's size (``allreduce_s``), so a run can say where its time went.
+  gradient's size (``allreduce_s``), so a run can say where its time went;
+- around the timed steps it measures the CPU share it got on its cores
+  (:mod:`hpclab.measure.cpu_share`, its DataLoader workers counted as its own) and reports the
+  cores it ran on, so a run screened beside others (chapter 08's autotuner) can be judged.
+
+The knobs chapter 08 tunes are fields of :class:`TrainSpec` too: DataLoader ``loader_workers``
+(chapter 04), ``dtype`` (bf16 under autocast) and ``memory_format`` (channels-last weights).
 
 The step itself is :func:`hpclab.train.train_step`, the same one every chapter uses.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +33,7 @@ import torch
 from torch import nn
 
 from hpclab.dist import RankContext
+from hpclab.measure.cpu_share import measure_cpu_share
 from hpclab.measure.timing import time_fn
 from hpclab.train import flat_params, make_model, parameter_count, synthetic_images, train_step
 
@@ -48,6 +57,9 @@ class TrainSpec:
     measure_compute: bool = True
     measure_allreduce: bool = True
     return_params: bool = False
+    loader_workers: int = 0  # DataLoader worker processes per rank (0: load in the rank)
+    dtype: str = "fp32"  # "bf16": forward and backward under bf16 autocast (weights stay fp32)
+    memory_format: str = "contiguous"  # "channels_last": convolution weights channels-last
 
 
 def dataset(spec: TrainSpec) -> torch.utils.data.TensorDataset:
@@ -65,8 +77,16 @@ def batches(ctx: RankContext, spec: TrainSpec, data: torch.utils.data.Dataset):
         data, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=spec.seed
     )
     on_gpu = ctx.device.startswith("cuda")
+    workers = spec.loader_workers
     loader = DataLoader(
-        data, batch_size=spec.per_rank_batch, sampler=sampler, drop_last=True, pin_memory=on_gpu
+        data,
+        batch_size=spec.per_rank_batch,
+        sampler=sampler,
+        drop_last=True,
+        pin_memory=on_gpu,
+        num_workers=workers,
+        persistent_workers=workers > 0,  # an epoch boundary does not restart them
+        timeout=120 if workers else 0,  # a hung worker fails the rank instead of hanging it
     )
     epoch = 0
     while True:
@@ -126,6 +146,8 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
     """Train ``spec.warmup + spec.steps`` steps on this rank; return timings and checks."""
     data = dataset(spec)
     model = make_model(spec.model, spec.side * spec.side, seed=spec.seed).to(ctx.device)
+    if spec.memory_format == "channels_last":
+        model = model.to(memory_format=torch.channels_last)
     net = wrap(ctx, model, spec.bucket_cap_mb)
     opt = torch.optim.SGD(net.parameters(), lr=spec.lr)
     stream = batches(ctx, spec, data)
@@ -137,17 +159,19 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
         if not first_step_at:
             first_step_at.append(time.time())
         x, y = next(stream)
-        losses.append(train_step(net, opt, x, y, micro_batches=spec.micro_batches))
+        with _autocast(ctx.device, spec.dtype):
+            losses.append(train_step(net, opt, x, y, micro_batches=spec.micro_batches))
         ctx.progress(len(losses), total, f"step {len(losses)}/{total}")
 
     # Deterministic call count on every rank (no time limit): collectives must pair up.
-    timing = time_fn(
-        step,
-        device=ctx.device,
-        warmup=max(1, spec.warmup),
-        repeat=spec.steps,
-        max_time_s=float("inf"),
-    )
+    with measure_cpu_share(descendants=True) as share:
+        timing = time_fn(
+            step,
+            device=ctx.device,
+            warmup=max(1, spec.warmup),
+            repeat=spec.steps,
+            max_time_s=float("inf"),
+        )
     out: dict[str, Any] = {
         "rank": ctx.rank,
         "device": ctx.device,
@@ -156,6 +180,10 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
         "step_samples_s": timing.samples_s,
         "step_s": timing.median_s,
         "step_s_iqr": timing.iqr_s,
+        "step_s_min": timing.min_s,
+        "step_s_max": timing.max_s,
+        "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [],
+        "cpu_share": share.value.to_dict(),
         "first_step_at": first_step_at[0],
         "loss_first": losses[0],
         "loss_last": losses[-1],
@@ -173,7 +201,8 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
 
         def local_step() -> None:
             x, y = next(stream)
-            train_step(local, local_opt, x, y, micro_batches=spec.micro_batches)
+            with _autocast(ctx.device, spec.dtype):
+                train_step(local, local_opt, x, y, micro_batches=spec.micro_batches)
 
         out["compute_s"] = time_fn(
             local_step, device=ctx.device, warmup=2, repeat=spec.steps, max_time_s=float("inf")
@@ -181,6 +210,14 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
         ctx.barrier()
     out["allreduce_s"] = time_allreduce(ctx, out["params"]) if spec.measure_allreduce else 0.0
     return out
+
+
+def _autocast(device: str, dtype: str) -> contextlib.AbstractContextManager:
+    if dtype == "fp32":
+        return contextlib.nullcontext()
+    if dtype != "bf16":
+        raise ValueError(f"dtype={dtype!r} is not a training dtype here; allowed: fp32, bf16")
+    return torch.autocast(device.split(":")[0], dtype=torch.bfloat16)
 
 
 def _bucket_count(net: nn.Module) -> int:

@@ -94,6 +94,8 @@ def child_main(
     """Entry point of a rank process: run the worker, send its result or its failure home."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when ranks stop
     _linux_process_setup(ctx.rank)
+    if ctx.cpus and hasattr(os, "sched_setaffinity"):  # before any thread pool exists: OpenMP's threads inherit the mask
+        os.sched_setaffinity(0, ctx.cpus)
     _own_output(log_path)
     send = sender(conn)
     failed_at: list[float] = []

@@ -24,6 +24,7 @@ class RankContext:
     threads: int  # intra-op threads for this rank (usable cores // ranks)
     # Where progress goes: (kind, payload) -> None; the launcher sets it in the rank.
     send: Callable[[str, Any], None] | None = field(default=None, repr=False, compare=False)
+    cpus: tuple[int, ...] = ()  # the cores this rank is pinned to; () = not pinned
 
     def __getstate__(self) -> dict[str, Any]:
         # The channel home stays in its process: a pickled context (spawn, a result) has none.

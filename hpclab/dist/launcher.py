@@ -42,7 +42,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import wait
 from typing import Any
 
@@ -75,12 +75,14 @@ def launch(
     start_method: str = "auto",
     progress: Progress | None = None,
     inprocess: bool = False,
+    cpus: Sequence[int] | None = None,
 ) -> list[Any]:
     """Run ``worker(ctx, *args, **kwargs)`` on ``world_size`` ranks; return results by rank.
 
     ``timeout_s`` is the process-group timeout (a collective waiting for a hung peer fails
     after it); ``deadline_s`` bounds the whole run from the parent's side. ``inprocess=True``
-    runs a one-rank run in this process, for debugging the worker. Raises :class:`RankError`
+    runs a one-rank run in this process, for debugging the worker. ``cpus`` pins the ranks to
+    disjoint slices of these cores (:func:`hpclab.dist.placement.place`). Raises :class:`RankError`
     (root cause first), :class:`LaunchError` for a run that cannot start, and
     :class:`hpclab.progress.Cancelled` when cancelled.
     """
@@ -88,8 +90,10 @@ def launch(
         raise LaunchError(f"world_size={world_size!r} must be a whole number >= 1")
     if timeout_s <= 0:
         raise LaunchError(f"timeout_s={timeout_s!r} must be > 0")
-    where = place(world_size, device, backend, threads=threads_per_rank)
+    where = place(world_size, device, backend, threads=threads_per_rank, cpus=cpus)
     progress = progress or Progress()
+    if inprocess and where.cpus:
+        raise LaunchError("cpus= pins rank processes; inprocess=True runs none: leave cpus out")
     if inprocess:
         return [_run_inprocess(worker, where, timeout_s, args, kwargs or {}, progress)]
     ranks = _Ranks(where, _start_context(worker, start_method), timeout_s)
@@ -197,7 +201,12 @@ class _Ranks:
                 # writer of an earlier one, so a dead rank's pipe reads as closed.
                 reader, writer = self.mpctx.Pipe(duplex=False)
                 ctx = RankContext(
-                    rank, self.n, self.where.backend, self.where.devices[rank], self.where.threads
+                    rank,
+                    self.n,
+                    self.where.backend,
+                    self.where.devices[rank],
+                    self.where.threads,
+                    cpus=self.where.cpus[rank] if self.where.cpus else (),
                 )
                 p = self.mpctx.Process(
                     target=child_main,

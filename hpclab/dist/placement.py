@@ -10,7 +10,11 @@ single-process experiment) and a requested ``device``:
 - ``"cuda"`` insists on one GPU per rank and refuses, in one line, when there are fewer.
 - ``"cpu"`` is CPU ranks, even on a GPU node.
 
-Threads: each rank gets ``usable cores // ranks`` intra-op threads (at least one). More CPU ranks
+Threads: each rank gets ``usable cores // ranks`` intra-op threads (at least one). Given
+``cpus`` (a set of core ids, e.g. one of several candidates benchmarked side by side in chapter
+08), the run is pinned: they are split into one disjoint, consecutive slice per rank, each rank
+process (and what it starts, e.g. DataLoader workers) is bound to its slice with
+``os.sched_setaffinity``, and "usable cores" means ``len(cpus)``. More CPU ranks
 than ``OVERSUBSCRIBE_LIMIT`` x usable cores are refused: such a run measures the scheduler.
 :func:`torch_threads` is the one way the library sets a thread count (ranks, chapter 01's
 thread sweeps, single-threaded workers): for a block, restored afterwards.
@@ -20,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from hpclab.config import ConfigError
@@ -56,6 +60,7 @@ class Placement:
     backend: str  # "none", "gloo" or "nccl"
     threads: int  # intra-op threads per rank
     note: str
+    cpus: tuple[tuple[int, ...], ...] = ()  # per rank: the cores it is pinned to (() = unpinned)
 
 
 def _too_few_gpus(ranks: int, gpus: int) -> str:
@@ -77,12 +82,15 @@ def place(
     threads: int | None = None,
     gpus: int | None = None,
     cores: int | None = None,
+    cpus: Sequence[int] | None = None,
 ) -> Placement:
     """Decide devices, backend and threads for ``ranks`` ranks; raise :class:`LaunchError`.
 
     ``gpus`` and ``cores`` default to what this allocation has; pass them to ask "what would
-    happen on a node with 4 GPUs". ``backend="none"`` runs the ranks without a process group
-    (independent processes sharing tensors, chapter 05); one rank with ``"auto"`` needs none.
+    happen on a node with 4 GPUs". ``cpus`` pins the ranks (see the module's docstring); they
+    must be cores this process may use, at least one per rank. ``backend="none"`` runs the
+    ranks without a process group (independent processes sharing tensors, chapter 05); one rank
+    with ``"auto"`` needs none.
     """
     if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
         raise LaunchError(f"ranks={ranks!r} must be a whole number >= 1")
@@ -91,6 +99,10 @@ def place(
     if backend not in BACKENDS:
         raise LaunchError(f"backend={backend!r} is not allowed; allowed: {', '.join(BACKENDS)}")
     gpus = gpu_count() if gpus is None else gpus
+    slices: tuple[tuple[int, ...], ...] = ()
+    if cpus is not None:
+        slices = rank_cores(cpus, ranks)
+        cores = len(set(cpus))
     cores = usable_cores() if cores is None else cores
     if device == "auto":
         device = "cuda" if backend != "gloo" and 0 < ranks <= gpus else "cpu"
@@ -116,7 +128,34 @@ def place(
         backend,
         threads,
         _note(ranks, device, backend, threads, gpus, cores),
+        slices,
     )
+
+
+def rank_cores(
+    cpus: Sequence[int], ranks: int, allowed: set[int] | None = None
+) -> tuple[tuple[int, ...], ...]:
+    """Split ``cpus`` into ``ranks`` disjoint consecutive slices of ``len(cpus) // ranks`` cores
+    (a remainder stays unused); refuse cores outside ``allowed`` (default: those this process
+    may use) or fewer than one a rank."""
+    cpus = tuple(sorted(set(cpus)))
+    if allowed is None:
+        try:
+            allowed = os.sched_getaffinity(0)
+        except (AttributeError, OSError):  # no affinity on this system: every core is allowed
+            allowed = set(range(os.cpu_count() or 1))
+    if not cpus or not set(cpus) <= allowed:
+        raise LaunchError(
+            f"cpus={list(cpus)} must be a non-empty set of the cores this process may use; "
+            f"allowed: a subset of {sorted(allowed)}"
+        )
+    if len(cpus) < ranks:
+        raise LaunchError(
+            f"cpus={list(cpus)} gives {len(cpus)} core(s) for ranks={ranks}; allowed: at least "
+            "one core per rank"
+        )
+    k = len(cpus) // ranks
+    return tuple(cpus[r * k : (r + 1) * k] for r in range(ranks))
 
 
 def _note(ranks: int, device: str, backend: str, threads: int, gpus: int, cores: int) -> str:

@@ -8,6 +8,13 @@ one, a GEMM reaches a third of its peak, and nothing in the number says why. Aro
 
 so ``others = busy - ours`` is what other processes took from our cores meanwhile. OpenMP threads
 spin while they wait, so ``ours`` is an upper bound on useful work; ``others`` is the signal.
+
+Others being busy is not yet others being *in our way*: a one-thread run on two cores leaves a
+core free for them. Where the work runs in this process, the kernel also says how long our
+threads sat runnable but waiting for a core (``/proc/self/task/*/schedstat``, the run-queue
+delay): a run is disturbed only when others were busy *and* we waited. Where the work ran in
+child processes (ranks), their run-queue delay is gone when they are reaped, and others being
+busy is the signal alone.
 """
 
 from __future__ import annotations
@@ -19,8 +26,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
-# Other processes using more than this many of our cores make a live number "disturbed".
+# Other processes using more than this many of our cores make a live number "disturbed"...
 DISTURBED_CORES = 0.3
+# ... when our threads also waited for a core this much of the time (where that is known).
+WAITED_CORES = 0.1
 
 
 @dataclass(frozen=True)
@@ -29,10 +38,15 @@ class CpuShare:
     wall_s: float
     own_cores: float  # CPU seconds of this process (and reaped children) / wall seconds
     others_cores: float  # busy seconds of our cores taken by other processes / wall seconds
+    # Seconds our threads were runnable but waiting for a core / wall seconds; None when not known
+    # (no schedstat, or the work ran in child processes).
+    waited_cores: float | None = None
 
     @property
     def disturbed(self) -> bool:
-        return self.others_cores >= DISTURBED_CORES
+        if self.others_cores < DISTURBED_CORES:
+            return False
+        return self.waited_cores is None or self.waited_cores >= WAITED_CORES
 
     def sentence(self) -> str:
         """One line for a plot or a status ("" when the run had the cores to itself)."""
@@ -54,12 +68,45 @@ def _our_cpus() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
-def _own_seconds() -> float:
+def _own_seconds(descendants: bool = False) -> float:
     total = 0.0
     for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
         r = resource.getrusage(who)
         total += r.ru_utime + r.ru_stime
+    if descendants:
+        # Live children (e.g. DataLoader workers) are not in RUSAGE_CHILDREN until reaped; one
+        # reaped in between moves from here into RUSAGE_CHILDREN, so the difference stays right.
+        try:
+            import psutil
+
+            for child in psutil.Process().children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    t = child.cpu_times()
+                    total += t.user + t.system
+        except ImportError:
+            pass
     return total
+
+
+def _self_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _waiting_seconds() -> dict[int, float] | None:
+    """Run-queue delay of each thread of this process (seconds), or None without schedstat."""
+    out: dict[int, float] = {}
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                out[int(tid)] = int(f.read().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that ended meanwhile
+    return out or None
 
 
 def _busy_seconds(cpus: list[int]) -> float | None:
@@ -82,21 +129,34 @@ class _Holder:
 
 
 @contextlib.contextmanager
-def measure_cpu_share() -> Iterator[_Holder]:
-    """``with measure_cpu_share() as got: ...``; afterwards ``got.value`` is a :class:`CpuShare`."""
+def measure_cpu_share(descendants: bool = False) -> Iterator[_Holder]:
+    """``with measure_cpu_share() as got: ...``; afterwards ``got.value`` is a :class:`CpuShare`.
+
+    ``descendants=True`` counts this process's live children as ours too (a training rank's
+    DataLoader workers); by default a child still running is one of the "other processes".
+    """
     cpus = _our_cpus()
     holder = _Holder()
-    own0, busy0, t0 = _own_seconds(), _busy_seconds(cpus), time.perf_counter()
+    wait0, self0 = _waiting_seconds(), _self_seconds()
+    own0, busy0 = _own_seconds(descendants), _busy_seconds(cpus)
+    t0 = time.perf_counter()
     try:
         yield holder
     finally:
         wall = max(time.perf_counter() - t0, 1e-9)
-        own = (_own_seconds() - own0) / wall
+        own_s = _own_seconds(descendants) - own0
+        own = own_s / wall
         busy1 = _busy_seconds(cpus)
+        wait1 = _waiting_seconds()
         others = 0.0
         if busy0 is not None and busy1 is not None:
             others = max(0.0, (busy1 - busy0) / wall - own)
-        holder.value = CpuShare(len(cpus), wall, own, others)
+        waited = None
+        # Known only when the work ran here: children's delay left with them.
+        in_children = own_s - (_self_seconds() - self0)
+        if wait0 is not None and wait1 is not None and in_children <= 0.2 * own_s:
+            waited = sum(w - wait0.get(tid, 0.0) for tid, w in wait1.items()) / wall
+        holder.value = CpuShare(len(cpus), wall, own, others, waited)
 
 
 def cpu_share(fn, cores: int | None = None) -> float:

@@ -8,5 +8,8 @@
 - :mod:`~hpclab.search.search_experiment`: the ``search`` experiment, its table and plot; its
   backends :mod:`~hpclab.search.job_backends` (a job array, submitit),
   :mod:`~hpclab.search.celery_backend` and :mod:`~hpclab.search.allocation` (Celery workers
-  inside one Slurm job).
+  inside one Slurm job);
+- :mod:`~hpclab.search.serve`: the ``serve`` experiment: a trained model behind Celery workers.
+- :mod:`~hpclab.search.autotune` and :mod:`~hpclab.search.screen`: the ``autotune`` experiment
+  (a pruned configuration space, screened in parallel on disjoint cores, finalists alone).
 """

@@ -3,24 +3,36 @@ the best (chapter 08).
 
 Fox et al. (2015, RaPyDLI) build their kernels this way: a parameter space is generated, *hard*
 constraints remove what the hardware forbids, *soft* constraints remove what the user excludes,
-the survivors are benchmarked, and the winner is often "a surprising set of parameters". Here the
-tuned thing is the course's own training step (:func:`hpclab.train.train_step`, the ``cnn`` model
-on MNIST-like images) and the knobs are the ones students turn by hand in earlier chapters:
-threads (chapter 01), batch size, dtype (bf16 where the CPU has native bf16 dot products),
-memory format (channels-last for convolutions).
+the survivors are benchmarked in parallel, and the winner is often "a surprising set of
+parameters". Here the tuned thing is the course's own training step (:func:`hpclab.ddp.worker.
+ddp_worker` around :func:`hpclab.train.train_step`, the ``cnn`` model on MNIST-like images) and
+the knobs are the ones students turn by hand in earlier chapters: intra-op threads per rank
+(chapter 01), ranks (chapter 06), the global batch size, DataLoader workers per rank (chapter
+04), DDP's ``bucket_cap_mb`` (chapter 06), dtype (bf16 where the CPU has native bf16 dot
+products) and memory format (channels-last convolutions).
 
 - **Hard** constraints come from :func:`hpclab.measure.sysinfo.system_info` (what ``hpclab
-  doctor`` reports): threads <= usable cores; bf16 only with native support (``avx512_bf16``,
-  ``amx_bf16``, or a GPU); a batch's activations must fit in a quarter of available memory.
+  doctor`` reports): ranks x threads <= usable cores, and with the DataLoader workers too,
+  ranks x (threads + workers) <= usable cores (each rank has its own DataLoader, so its workers
+  are per rank, and a worker that decodes real data is as busy as a thread: giving each its own
+  core is what lets candidates be screened side by side without sharing cores); the batch
+  divisible by the ranks; the bucket size has no effect with one rank (one value is kept);
+  bf16 only with native support (``avx512_bf16``, ``amx_bf16``; the runs are CPU ranks); the
+  processes and a batch's activations within a quarter of available memory.
 - **Soft** constraints come from the student: a largest batch (larger batches change what SGD
   learns, so a faster step is not a free win) and the dtypes they accept.
-- Every survivor is measured like chapter 01 measures (warm-up, repeats, median and spread, one
-  after another: benchmarking two candidates at once on shared cores would measure the sharing).
-  Samples/s is *per sample*, so batch sizes compare fairly.
+- The survivors are screened in parallel on disjoint cores, then the best few and the default
+  are measured again alone, side by side (:mod:`hpclab.search.screen` says how and why).
 
-Records: one per candidate (``status`` = ``measured`` or ``pruned: <constraint>``), and one
-``summary`` record with ``candidates``, ``pruned``, ``measured``, the default configuration's and
-the best one's samples/s and ``best_vs_default``.
+The runs are CPU ranks (gloo) even on a GPU node: GPU knobs (GPUs per candidate, NCCL, pinned
+memory, TF32) are not in this space yet.
+
+Records: one per candidate (``status`` = ``pruned: <constraint>``, ``measured``, ``default``
+or ``failed: <why>``: the screening), one ``final`` record per configuration re-measured alone, and one
+``summary`` record with ``candidates``, ``pruned``, ``measured``, the default's and the best
+one's samples/s, ``best_vs_default`` (from the final phase), and the screening wall time in
+parallel (``screen_s``) beside the sum of the runs' own wall times (``screen_serial_s``: what one
+after another would have taken).
 """
 
 from __future__ import annotations
@@ -30,61 +42,106 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from hpclab.config import Config, ConfigError, param
+from hpclab.config import Config, ConfigError, RunError, param
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
+from hpclab.search.screen import KNOBS, cores_needed, screen, side_by_side
 
 DTYPES = ("fp32", "bf16")
 FORMATS = ("contiguous", "channels_last")
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+PROCESS_BYTES = 100 * 2**20  # rough private memory of one forked rank or loader worker
+DDP_DEFAULT_MB = 25.0
+# The training configuration every chapter uses unless told otherwise (threads: every usable core).
+DEFAULT = {
+    "ranks": 1,
+    "batch": 128,
+    "loader_workers": 0,
+    "bucket_cap_mb": DDP_DEFAULT_MB,
+    "dtype": "fp32",
+    "memory_format": "contiguous",
+}
 
 
 @dataclass(frozen=True)
 class AutotuneConfig(Config):
     side: int = param(28, min=8, max=128, quick=16, help="image side (1 x side x side inputs)")
-    batches: tuple = param((32, 128, 512), min=1, max=65536, help="batch sizes to try")
+    batches: tuple = param((32, 128, 512), min=1, max=65536, help="global batch sizes to try")
     threads: tuple = param(
-        (), min=1, max=1024, help="thread counts to try ('' = 1, 2, 4.. up to the node)"
+        (), min=1, max=1024, help="threads per rank to try ('' = 1, 2, 4.. up to the node)"
     )
-    dtypes: tuple = param(DTYPES, choices=DTYPES, help="dtypes you accept (soft constraint)")
-    formats: tuple = param(FORMATS, choices=FORMATS, help="memory formats to try")
+    ranks: tuple = param((), min=1, max=1024, help="ranks to try ('' = 1, 2, 4.. up to the node)")
+    loader_workers: tuple = param((0, 1), min=0, max=64, help="DataLoader workers per rank to try")
+    buckets_mb: tuple = param(
+        (1.0, 25.0), min=0.0, max=1024.0, help="DDP bucket_cap_mb values to try (0: per tensor)"
+    )
+    dtypes: tuple = param(
+        DTYPES, choices=DTYPES, quick=("fp32",), help="dtypes you accept (soft constraint)"
+    )
+    formats: tuple = param(
+        FORMATS, choices=FORMATS, quick=("contiguous",), help="memory formats to try"
+    )
     max_batch: int = param(4096, min=1, max=65536, help="largest batch you accept (soft)")
-    repeat: int = param(5, min=3, max=50, quick=3, help="timed samples per candidate")
+    repeat: int = param(5, min=3, max=50, quick=3, help="timed steps per run")
+    at_once: int = param(
+        0, min=0, max=1024, help="candidates screened at once (0: as many as fit; 1: one by one)"
+    )
+    finalists: int = param(
+        3, min=1, max=20, quick=2, help="best screened candidates re-measured alone"
+    )
+    rounds: int = param(3, min=1, max=20, quick=2, help="alternating rounds of the final phase")
 
     def check(self) -> None:
-        if not self.batches:
-            raise ConfigError("batches is empty: give at least one batch size")
+        for name in ("batches", "loader_workers", "buckets_mb", "dtypes", "formats"):
+            if not getattr(self, name):
+                raise ConfigError(f"{name} is empty: give at least one value")
+
+
+def _up_to(n: int) -> tuple[int, ...]:
+    return tuple(sorted({1, *(2**k for k in range(1, 11) if 2**k < n), n}))
 
 
 def _space(cfg: AutotuneConfig, node_cores: int) -> list[dict[str, Any]]:
-    threads = cfg.threads or tuple(
-        sorted({1, *(2**k for k in range(1, 11) if 2**k < node_cores), node_cores})
+    dims = (
+        cfg.threads or _up_to(node_cores),
+        cfg.ranks or _up_to(node_cores),
+        cfg.batches,
+        cfg.loader_workers,
+        cfg.buckets_mb,
+        DTYPES,
+        cfg.formats,
     )
-    dims = (threads, cfg.batches, DTYPES, cfg.formats)
-    return [
-        dict(threads=t, batch=b, dtype=d, memory_format=f)
-        for t, b, d, f in itertools.product(*dims)
-    ]
+    return [dict(zip(KNOBS, values, strict=True)) for values in itertools.product(*dims)]
 
 
-def _activation_bytes(batch: int, side: int) -> int:
-    # cnn: 16 + 32 channels at full resolution, fp32, kept for backward (x2 for gradients).
-    return batch * side * side * (16 + 32) * 4 * 2
+def memory_bytes(c: dict[str, Any], side: int) -> int:
+    """A candidate's memory: per rank, its share of the batch's activations (cnn: 16 + 32
+    channels at full resolution, fp32, kept for backward, x2 for gradients) and one process for
+    the rank and each of its loader workers."""
+    per_rank = c["batch"] // c["ranks"] * side * side * (16 + 32) * 4 * 2
+    return c["ranks"] * (per_rank + (1 + c["loader_workers"]) * PROCESS_BYTES)
 
 
 def prune(cfg: AutotuneConfig, info: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
     """Every candidate with ``""`` (kept) or the first constraint that removes it."""
     usable = info.get("cores_usable") or 1
-    bf16 = bool(info.get("gpus")) or any(f in (info.get("simd") or []) for f in BF16_FLAGS)
+    bf16 = any(f in (info.get("simd") or []) for f in BF16_FLAGS)
     mem = (info.get("mem_available_gb") or 1.0) * 2**30
+    one_bucket = DDP_DEFAULT_MB if DDP_DEFAULT_MB in cfg.buckets_mb else cfg.buckets_mb[0]
     out = []
     for c in _space(cfg, info.get("cores_node") or usable):
-        if c["threads"] > usable:
-            why = f"hard: threads > {usable} usable cores"
+        if c["ranks"] * c["threads"] > usable:
+            why = f"hard: ranks x threads > {usable} usable cores"
+        elif cores_needed(c) > usable:
+            why = f"hard: ranks x (threads + loader workers) > {usable} usable cores"
+        elif c["batch"] % c["ranks"]:
+            why = "hard: batch not divisible by ranks"
+        elif c["ranks"] == 1 and c["bucket_cap_mb"] != one_bucket:
+            why = f"hard: bucket size unused with 1 rank (kept {one_bucket:g} MB)"
         elif c["dtype"] == "bf16" and not bf16:
             why = "hard: no native bf16 on this CPU"
-        elif _activation_bytes(c["batch"], cfg.side) > mem / 4:
-            why = "hard: activations above a quarter of free memory"
+        elif memory_bytes(c, cfg.side) > mem / 4:
+            why = "hard: memory above a quarter of free memory"
         elif c["dtype"] not in cfg.dtypes:
             why = "soft: dtype excluded"
         elif c["batch"] > cfg.max_batch:
@@ -106,41 +163,21 @@ def pruning_table(cfg: AutotuneConfig, info: dict[str, Any]) -> Any:
     return pd.DataFrame({"candidates": counts}).rename_axis("constraint")
 
 
-def measure(candidate: dict[str, Any], side: int, repeat: int) -> tuple[float, float, float]:
-    """Samples/s of the training step with ``candidate``: median, min and max of ``repeat``."""
-    import contextlib
-
-    import torch
-
-    from hpclab.compute.device import torch_threads
-    from hpclab.measure.timing import time_fn
-    from hpclab.train import make_model, synthetic_images, train_step
-
-    with torch_threads(candidate["threads"]):
-        x, y = synthetic_images(candidate["batch"], (1, side, side), seed=0)
-        model = make_model("cnn", in_features=side * side, seed=0)
-        x = x.reshape(len(x), -1)
-        if candidate["memory_format"] == "channels_last":
-            model = model.to(memory_format=torch.channels_last)
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        bf16 = candidate["dtype"] == "bf16"
-
-        def step() -> float:
-            ctx = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-            with ctx:
-                return train_step(model, opt, x, y)
-
-        timing = time_fn(step, warmup=2, repeat=repeat, check=lambda loss: _finite(loss))
-    n = candidate["batch"]
-    return n / timing.median_s, n / timing.max_s, n / timing.min_s
+def _refuse_empty(judged: list[tuple[dict[str, Any], str]]) -> None:
+    removed: dict[str, int] = {}
+    for _, why in judged:
+        removed[why] = removed.get(why, 0) + 1
+    detail = "; ".join(f"{why}: {n}" for why, n in removed.items())
+    raise ConfigError(f"nothing left to measure after pruning {len(judged)} candidates ({detail})")
 
 
-def _finite(loss: float) -> None:
-    if loss != loss or loss in (float("inf"), float("-inf")):
-        raise ValueError(f"the training step returned loss={loss}: not a valid candidate")
+def _usable_cpus(n: int) -> tuple[int, ...]:
+    import os
 
-
-DEFAULT = {"batch": 128, "dtype": "fp32", "memory_format": "contiguous"}  # threads: usable
+    try:
+        return tuple(sorted(os.sched_getaffinity(0)))[:n]
+    except (AttributeError, OSError):
+        return tuple(range(n))
 
 
 def run_autotune(cfg: AutotuneConfig, progress: Progress) -> Result:
@@ -150,69 +187,96 @@ def run_autotune(cfg: AutotuneConfig, progress: Progress) -> Result:
     judged = prune(cfg, info)
     kept = [c for c, why in judged if not why]
     if not kept:
-        removed: dict[str, int] = {}
-        for _, why in judged:
-            removed[why] = removed.get(why, 0) + 1
-        detail = "; ".join(f"{why}: {n}" for why, n in removed.items())
-        raise ConfigError(
-            f"nothing left to measure after pruning {len(judged)} candidates ({detail})"
-        )
-    default = dict(DEFAULT, threads=info.get("cores_usable") or 1)
+        _refuse_empty(judged)
+    usable = info.get("cores_usable") or 1
+    cpus = _usable_cpus(usable)
+    default = dict(DEFAULT, threads=usable)
+    runs, screen_s, most = screen([default, *kept], cpus, cfg.at_once, cfg.side, cfg.repeat,
+                                  progress)  # fmt: skip
     records = [dict(c, status=f"pruned: {why}", tier="live") for c, why in judged if why]
-    for k, c in enumerate([default, *kept]):
-        progress.update(k, len(kept) + 1, f"measuring {c}")
-        med, lo, hi = measure(c, cfg.side, cfg.repeat)
+    for k, (c, got) in enumerate(zip([default, *kept], runs, strict=True)):
         status = "default" if k == 0 else "measured"
-        records.append(dict(c, status=status, samples_per_s=med, samples_per_s_min=lo,
-                            samples_per_s_max=hi, tier="live"))  # fmt: skip
-    progress.update(1, 1, "")
-    measured = [r for r in records if r["status"] == "measured"]
-    best = max(measured, key=lambda r: r["samples_per_s"])
-    base = next(r for r in records if r["status"] == "default")
+        if "failed" in got:
+            status = f"failed: {got.pop('failed')}"
+            if k == 0:
+                raise RunError(f"the default configuration {default} could not run ({status})")
+        records.append(dict(c, **got, status=status, tier="live"))
+    screened = [r for r in records if r["status"] == "measured"]
+    ranked = sorted(screened, key=lambda r: -r["samples_per_s"])
+    same = {k: default[k] for k in KNOBS}
+    top = [r for r in ranked if {k: r[k] for k in KNOBS} != same][: cfg.finalists]
+    finals = [default, *({k: r[k] for k in KNOBS} for r in top)]
+    alone = side_by_side(finals, cpus, cfg.rounds, cfg.side, cfg.repeat, progress)
+    for k, (c, got) in enumerate(zip(finals, alone, strict=True)):
+        records.append(dict(c, **got, status="final", role="default" if k == 0 else "finalist",
+                            tier="live"))  # fmt: skip
+    final = [r for r in records if r["status"] == "final"]
+    base, best = final[0], max(final, key=lambda r: r["samples_per_s"])
     records.append(
         {
             "status": "summary",
             "candidates": len(judged),
             "pruned": len(judged) - len(kept),
             "measured": len(kept),
+            "failed": sum(1 for r in records if r["status"].startswith("failed")),
             "default_samples_per_s": base["samples_per_s"],
             "best_samples_per_s": best["samples_per_s"],
-            "best": {k: best[k] for k in ("threads", "batch", "dtype", "memory_format")},
-            # The best of the measured candidates vs the default; >= 1 when the default is among
-            # the candidates, which it is unless a constraint removed it.
+            "best": {k: best[k] for k in KNOBS},
+            # Best of the finalists and the default, all re-measured alone: >= 1 by construction.
             "best_vs_default": best["samples_per_s"] / base["samples_per_s"],
+            # The same pair compared by their fastest rounds: other processes only slow a run
+            # down, so on a busy machine this is the less disturbed view (beside the median).
+            "best_vs_default_fastest": best["samples_per_s_max"] / base["samples_per_s_max"],
             "spread_best": (best["samples_per_s_max"] - best["samples_per_s_min"])
             / best["samples_per_s"],
-            "median_measured": statistics.median(r["samples_per_s"] for r in measured),
+            "median_measured": statistics.median(r["samples_per_s"] for r in screened)
+            if screened
+            else None,
+            "disturbed": sum(1 for r in records if r.get("disturbed")),
+            "disturbed_final_rounds": sum(r["disturbed_rounds"] for r in final),
+            "at_once_max": most,
+            "screen_s": screen_s,
+            "screen_serial_s": sum(r["wall_s"] for r in records if "wall_s" in r),
+            "finalists": len(final) - 1,
+            "rounds": cfg.rounds,
             "tier": "live",
         }
     )
     return make_result("autotune", cfg, records)
 
 
+def label(r: dict[str, Any]) -> str:
+    """One line per configuration, for plots and tables."""
+    ranks = f"{r['ranks']} rank{'s' if r['ranks'] > 1 else ''}"
+    bucket = f", {r['bucket_cap_mb']:g} MB buckets" if r["ranks"] > 1 else ""
+    return (
+        f"{ranks} x {r['threads']} thr, batch {r['batch']}, {r['loader_workers']} loader w.{bucket}, "
+        f"{r['dtype']}, {r['memory_format'].replace('_', '-')}"
+    )
+
+
 def plot_autotune(result: Result) -> Any:
-    """Every measured candidate's samples/s (error bars: min..max), the default and the best."""
+    """Every screened candidate's samples/s (bars, error bars min..max; grey: the default, green:
+    the best, hatched: disturbed) and, as diamonds, the finalists and the default measured alone."""
     import plotly.graph_objects as go
 
     rows = sorted(
         (r for r in result.records if r["status"] in ("measured", "default")),
         key=lambda r: r["samples_per_s"],
     )
-    labels = [
-        f"{r['threads']} thr, batch {r['batch']}, {r['dtype']}, {r['memory_format'].replace('_', '-')}"
-        + (" (default)" if r["status"] == "default" else "")
+    labels = [label(r) + (" (default)" if r["status"] == "default" else "") for r in rows]
+    summary = next((r for r in result.records if r["status"] == "summary"), None)
+    best = summary["best"] if summary else None
+    colours = [
+        "#7f7f7f" if r["status"] == "default"
+        else "#2ca02c" if best and all(r[k] == best[k] for k in KNOBS) else "#1f77b4"
         for r in rows
-    ]
-    colours = ["#7f7f7f" if r["status"] == "default" else "#1f77b4" for r in rows]
-    if rows:
-        best = max(
-            range(len(rows)),
-            key=lambda i: rows[i]["samples_per_s"] if rows[i]["status"] == "measured" else -1,
-        )
-        colours[best] = "#2ca02c"
+    ]  # fmt: skip
     fig = go.Figure(
         go.Bar(
             x=[r["samples_per_s"] for r in rows], y=labels, orientation="h", marker_color=colours,
+            marker_pattern_shape=["/" if r.get("disturbed") else "" for r in rows],
+            name="screened (in parallel)",
             error_x={
                 "type": "data", "symmetric": False,
                 "array": [r["samples_per_s_max"] - r["samples_per_s"] for r in rows],
@@ -220,13 +284,33 @@ def plot_autotune(result: Result) -> Any:
             },
         )
     )  # fmt: skip
-    summary = next((r for r in result.records if r["status"] == "summary"), None)
-    title = "training samples/s per candidate (green: best, grey: default)"
+    final = [r for r in result.records if r["status"] == "final"]
+    where = {label(r): lab for r, lab in zip(rows, labels, strict=True) if r["status"] != "default"}
+    where[label(final[0]) if final else ""] = next(
+        (lab for r, lab in zip(rows, labels, strict=True) if r["status"] == "default"), ""
+    )
+    fig.add_scatter(
+        x=[r["samples_per_s"] for r in final], y=[where.get(label(r), label(r)) for r in final],
+        mode="markers", marker={"symbol": "diamond", "size": 11, "color": "#d62728"},
+        name="re-measured alone (final)",
+    )  # fmt: skip
+    title = "training samples/s per candidate (green: best, grey: default, hatched: disturbed)"
     if summary:
         title += (
             f"<br><sup>{summary['candidates']} candidates, {summary['pruned']} pruned, "
-            f"{summary['measured']} measured; best = {summary['best_vs_default']:.2f}x default</sup>"
+            f"{summary['measured']} measured; best = {summary['best_vs_default']:.2f}x default "
+            f"(alone); screening {summary['screen_s']:.1f} s in parallel vs "
+            f"{summary['screen_serial_s']:.1f} s of runs</sup>"
         )
-    fig.update_layout(title=title, height=max(300, 26 * len(rows) + 140), margin={"l": 260})
+        if summary.get("disturbed") or summary.get("disturbed_final_rounds"):
+            title += (
+                f"<br><sup>disturbed by other processes: {summary['disturbed']} screening runs, "
+                f"{summary['disturbed_final_rounds']} final rounds (run again when it is quiet)"
+                "</sup>"
+            )
+    fig.update_layout(
+        title=title, height=max(320, 26 * len(rows) + 180), margin={"l": 380, "t": 110},
+        legend={"orientation": "h", "y": -0.12},
+    )  # fmt: skip
     fig.update_xaxes(title_text="samples/s")
     return fig

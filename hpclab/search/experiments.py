@@ -6,6 +6,8 @@ from hpclab.experiments import Experiment
 from hpclab.search.autotune import AutotuneConfig, plot_autotune, run_autotune
 from hpclab.search.compare import StrategiesConfig, plot_strategies, run_strategies
 from hpclab.search.search_experiment import SearchConfig, plot_search, run_search
+from hpclab.search.serve import ServeConfig, run_serve
+from hpclab.search.serve_plot import plot_serve
 
 EXPERIMENTS = [
     Experiment(
@@ -25,9 +27,18 @@ EXPERIMENTS = [
         plot=plot_strategies,
     ),
     Experiment(
+        name="serve",
+        chapter="08",
+        help="a trained model behind Celery workers: latency, throughput and request batching",
+        config=ServeConfig,
+        run=run_serve,
+        plot=plot_serve,
+    ),
+    Experiment(
         name="autotune",
         chapter="08",
-        help="prune a space of threads x batch x dtype x memory format, benchmark the rest",
+        help="prune threads x ranks x batch x loader workers x buckets x dtype x format, "
+        "screen the rest in parallel, re-measure the best alone",
         config=AutotuneConfig,
         run=run_autotune,
         plot=plot_autotune,

@@ -38,6 +38,9 @@ def app_for(url: str) -> Celery:
     )
     app.task(name="hpclab.trial", bind=False)(_trial)
     app.task(name="hpclab.echo", bind=False)(_echo)
+    from hpclab.search.serve import register  # hpclab.predict: a model served by warm workers
+
+    register(app)
     return app
 
 
