@@ -16,7 +16,8 @@ import sys
 import time
 
 from hpclab.progress import Progress
-from hpclab.search.autotune import DEFAULT, AutotuneConfig, label, run_autotune
+from hpclab.search.autotune import DEFAULT, AutotuneConfig, run_autotune
+from hpclab.search.autotune_plot import label
 from hpclab.search.screen import KNOBS, screen
 
 GOAL = 1.0

@@ -245,3 +245,39 @@ def test_a_candidate_that_fails_is_reported_and_the_others_still_run():
     runs, _, _ = screen([bad, _one_core(16)], tuple(USABLE[:1]), 0, 8, 3, Progress())
     assert "fp16" in runs[0]["failed"] and "samples_per_s" not in runs[0]
     assert runs[1]["samples_per_s"] > 0
+
+
+def test_plot_names_the_winner_even_when_it_is_the_default():
+    from types import SimpleNamespace
+
+    from hpclab.search.autotune_plot import plot_autotune
+
+    base = dict(threads=2, ranks=1, batch=128, loader_workers=0, bucket_cap_mb=25.0,
+                dtype="fp32", memory_format="contiguous")  # fmt: skip
+    other = dict(base, batch=256)
+
+    def run(default_alone: float, other_alone: float):
+        rows = [
+            dict(base, status="default", samples_per_s=900.0, samples_per_s_min=800.0,
+                 samples_per_s_max=950.0),
+            dict(base, status="measured", samples_per_s=1000.0, samples_per_s_min=900.0,
+                 samples_per_s_max=1100.0),
+            dict(other, status="measured", samples_per_s=1200.0, samples_per_s_min=1100.0,
+                 samples_per_s_max=1300.0),
+            dict(base, status="final", role="default", samples_per_s=default_alone),
+            dict(other, status="final", role="finalist", samples_per_s=other_alone),
+        ]  # fmt: skip
+        win = base if default_alone >= other_alone else other
+        summary = dict(status="summary", candidates=3, pruned=0, measured=2, best=win,
+                       best_vs_default=max(default_alone, other_alone) / default_alone,
+                       screen_s=1.0, screen_serial_s=2.0, disturbed=0,
+                       disturbed_final_rounds=0)  # fmt: skip
+        fig = plot_autotune(SimpleNamespace(records=[*rows, summary]))
+        bars = fig.data[0]
+        green = [y for y, c in zip(bars.y, bars.marker.color, strict=True) if c == "#2ca02c"]
+        return fig.layout.title.text, green
+
+    title, green = run(default_alone=1000.0, other_alone=800.0)
+    assert "the default won" in title and len(green) == 1 and green[0].endswith("(default)")
+    title, green = run(default_alone=800.0, other_alone=1000.0)
+    assert "best = 1.25x default" in title and len(green) == 1 and "batch 256" in green[0]

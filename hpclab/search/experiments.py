@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from hpclab.experiments import Experiment
-from hpclab.search.autotune import AutotuneConfig, plot_autotune, run_autotune
+from hpclab.search.autotune import AutotuneConfig, run_autotune
+from hpclab.search.autotune_plot import plot_autotune
 from hpclab.search.compare import StrategiesConfig, plot_strategies, run_strategies
 from hpclab.search.search_experiment import SearchConfig, plot_search, run_search
 from hpclab.search.serve import ServeConfig, run_serve

@@ -85,5 +85,10 @@ def serve_table(result: Result) -> Any:
         "requests_per_s": "requests/s", "fill_ms": "batch fill wait (ms, model)",
         "mismatches": "predictions differing",
     }  # fmt: skip
-    frame = pd.DataFrame(result.records)[list(cols)].rename(columns=cols)
+    frame = pd.DataFrame(result.records)[list(cols)]
+    # A direct call has no broker, no task to send and nothing to compare with: blank, not 0.
+    direct = frame["mode"] == "direct"
+    for key in ("broker_ms", "send_ms", "mismatches"):
+        frame[key] = frame[key].astype(object).where(~direct, "")
+    frame = frame.rename(columns=cols)
     return readable(frame.set_index(["mode", "requests per task"]))
