@@ -8,6 +8,7 @@ import os
 import threading
 
 import pytest
+from test_search import _need_broker
 
 from hpclab.config import ConfigError
 from hpclab.progress import Progress
@@ -16,16 +17,6 @@ from hpclab.search.search_experiment import SearchConfig, run_search
 QUICK = dict(strategy="random", trials=3, epochs=1, samples=120, seed=3)
 FIELDS = ("trial", "params", "val_loss", "seconds", "overhead_s", "queue_s", "startup_s",
           "start_s", "end_s", "worker", "retries", "error", "utilisation", "wall_s")  # fmt: skip
-
-
-def _need_broker() -> None:
-    from hpclab.search.broker import broker_problem
-
-    problem = broker_problem()
-    if problem and os.environ.get("CI"):
-        pytest.fail(problem)
-    if problem:
-        pytest.skip(problem)
 
 
 def _same_losses(a, b) -> None:
