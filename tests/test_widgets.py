@@ -97,6 +97,7 @@ def test_a_disturbed_run_says_so_in_the_status_and_on_the_plot(monkeypatch):
     from hpclab.measure import cpu_share
 
     monkeypatch.setattr(cpu_share, "DISTURBED_CORES", -1.0)  # any run counts as disturbed
+    monkeypatch.setattr(cpu_share, "WAITED_CORES", -1.0)
     p = panel("hardware", fields=("cores",), fixed={"probe_size": 0})
     assert "these numbers are low" in p.status.value
     assert "these numbers are low" in p.figure.layout.title.text

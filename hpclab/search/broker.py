@@ -189,7 +189,8 @@ def celery_pool(workers: int, threads: int = 1) -> Iterator[tuple[str, Workers]]
     also after an error or an interrupt."""
     redis = start_redis()
     try:
-        pool = start_workers(redis.url, workers, threads)
+        # The workers' logs live in Redis's private directory: removed with it at the end.
+        pool = start_workers(redis.url, workers, threads, log_dir=Path(redis.dir))
         try:
             yield redis.url, pool
         finally:
