@@ -52,8 +52,13 @@ def run_trial(
     report: Callable[[int, float], bool] | None = None,
     samples: int = 0,
     save_to: str | None = None,
+    threads: int = 1,
 ) -> dict[str, Any]:
     """Train with ``params`` for ``epochs``; return ``val_loss``, ``val_acc``, ``seconds``.
+
+    A trial trains with ``threads`` torch threads (default one, on every backend): a search
+    gets its parallelism from trials side by side, and a trial in this kernel gets the same
+    resources as one on a worker or in an array task, so their times compare.
 
     ``samples`` > 0 trains on the first ``samples`` of the (fixed) training split only: quicker
     trials for quick mode; the validation split stays whole, so losses stay comparable.
@@ -64,6 +69,13 @@ def run_trial(
 
     ``save_to``: a file where the trained model is saved (:func:`save_model`), e.g. to serve it.
     """
+    from hpclab.dist.placement import torch_threads
+
+    with torch_threads(threads):
+        return _train(params, epochs, seed, report, samples, save_to)
+
+
+def _train(params, epochs, seed, report, samples, save_to) -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
 

@@ -39,7 +39,7 @@ WHERE = ("local", "slurm")
 class SearchConfig(Config):
     backend: str = param("sequential", choices=BACKENDS, help="where trials run")
     strategy: str = param("random", choices=STRATEGIES, help="grid, random or model-based (tpe)")
-    trials: int = param(16, min=1, max=1000, quick=6, help="trials (the search budget)")
+    trials: int = param(16, min=1, max=1000, quick=4, help="trials (the search budget)")
     workers: int = param(2, min=1, max=64, help="parallel workers (celery)")
     where: str = param(
         "local", choices=WHERE, help="celery workers on this node or in one Slurm job"
