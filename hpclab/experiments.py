@@ -94,12 +94,15 @@ def run_config(exp: Experiment, config: Config, progress: Progress | None = None
     """Run ``exp`` with a validated config (notebook, CLI and widget panels all come here).
 
     The CPU share the run obtained goes into ``result.env["cpu_share"]``: a number measured while
-    other processes held our cores says so beside it (plots, panel status).
+    other processes held our cores says so beside it (plots, panel status). A run whose work ran
+    in Slurm jobs (``make_result(..., ran_elsewhere=True)``) gets none.
     """
     from hpclab.measure.cpu_share import measure_cpu_share
 
-    with measure_cpu_share() as got:
+    # Our live children (Celery workers, ranks) work for this run: they count as ours.
+    with measure_cpu_share(descendants=True) as got:
         result = exp.run(config, progress or Progress())
-    if got.value is not None and hasattr(result, "env"):
+    env = getattr(result, "env", None)
+    if got.value is not None and env is not None and not env.get("ran_elsewhere"):
         result.env["cpu_share"] = got.value.to_dict()
     return result

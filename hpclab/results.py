@@ -78,13 +78,22 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def make_result(experiment: str, config: Any, records: Iterable[dict[str, Any]]) -> Result:
-    """Wrap live records with the config and this machine's fingerprint."""
+def make_result(
+    experiment: str, config: Any, records: Iterable[dict[str, Any]], ran_elsewhere: bool = False
+) -> Result:
+    """Wrap live records with the config and this machine's fingerprint.
+
+    ``ran_elsewhere``: the work ran outside this process tree (Slurm jobs): what this process's
+    cores did meanwhile says nothing about it, so no CPU share is attached to the result.
+    """
     from hpclab.measure.sysinfo import fingerprint
 
     cfg = config.to_dict() if hasattr(config, "to_dict") else dict(config)
     rows = [{"tier": "live", **r} if "tier" not in r else dict(r) for r in records]
-    return Result(experiment, cfg, fingerprint(), rows)
+    env = fingerprint()
+    if ran_elsewhere:
+        env = {**env, "ran_elsewhere": True}
+    return Result(experiment, cfg, env, rows)
 
 
 # --- the per-user store ---------------------------------------------------------------------

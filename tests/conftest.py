@@ -69,10 +69,21 @@ def cluster(slurm):
     """The session's local Slurm; the test must leave no job of its own in the queue."""
     import time
 
+    from hpclab.cluster.runner import jobs_dir
+
+    # Only this pytest process's jobs: they run in its own jobs directory (the ``slurm``
+    # fixture gives each process one); another xdist worker's jobs are not this test's.
+    mine = str(jobs_dir())
     before = {q["job_id"] for q in slurm.queue()}
 
     def left() -> list[dict]:
-        return [q for q in slurm.queue() if q["job_id"] not in before]
+        where = dict(
+            ln.split("|", 1) for ln in slurm.run("squeue", "-h", "-o", "%i|%Z").splitlines() if ln
+        )
+        return [
+            q for q in slurm.queue()
+            if q["job_id"] not in before and where.get(q["job_id"], "").startswith(mine)
+        ]  # fmt: skip
 
     yield slurm
     deadline = time.monotonic() + 15

@@ -166,3 +166,52 @@ def test_datasets_are_bounded_announced_and_cleaned(tmp_path, monkeypatch, capsy
     assert "datasets go to" not in capsys.readouterr().err  # ... not twice
     assert second.is_dir() and not first.exists()  # the least recently used one went
     assert "freed" in workspace.clean() and workspace.usage_mb(tmp_path) == 0
+
+
+def _experiment(run):
+    from hpclab.experiments import Experiment
+    from hpclab.welcome import HardwareConfig
+
+    return Experiment(name="probe", chapter="00", help="", config=HardwareConfig, run=run)
+
+
+def test_work_in_slurm_jobs_gets_no_cpu_share_and_no_disturbed_note(monkeypatch):
+    from hpclab.display import load_note
+    from hpclab.experiments import run_config
+    from hpclab.measure import cpu_share
+    from hpclab.results import make_result
+    from hpclab.welcome import HardwareConfig
+
+    monkeypatch.setattr(cpu_share, "DISTURBED_CORES", -1.0)  # any measured run is disturbed
+    monkeypatch.setattr(cpu_share, "WAITED_CORES", -1.0)
+    cfg = HardwareConfig.create()
+    here = run_config(_experiment(lambda c, p: make_result("probe", c, [{"x": 1}])), cfg)
+    assert here.env["cpu_share"]["disturbed"] and load_note(here)
+    jobs = run_config(
+        _experiment(lambda c, p: make_result("probe", c, [{"x": 1}], ran_elsewhere=True)), cfg
+    )
+    assert "cpu_share" not in jobs.env and load_note(jobs) == ""
+
+
+def test_a_live_child_working_for_the_run_counts_as_ours():
+    import time
+
+    from hpclab.experiments import run_config
+    from hpclab.results import make_result
+    from hpclab.welcome import HardwareConfig
+
+    children = []
+
+    def run(cfg, progress):
+        code = "import time\nt=time.time()\nwhile time.time()-t<5: pass"
+        children.append(subprocess.Popen([sys.executable, "-c", code]))  # a worker, say
+        time.sleep(1.5)
+        return make_result("probe", cfg, [{"x": 1}])  # the worker is still running
+
+    try:
+        res = run_config(_experiment(run), HardwareConfig.create())
+    finally:
+        for c in children:
+            c.kill()
+            c.wait(10)
+    assert res.env["cpu_share"]["own_cores"] >= 0.5  # the child's busy core is ours

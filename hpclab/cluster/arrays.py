@@ -161,7 +161,7 @@ def run_array(config: ArrayConfig, progress: Progress) -> Result:
         "best_accuracy": best["accuracy"],
     }
     progress.update(2, 2, "done")
-    return make_result("job-array", config, [summary, *records])
+    return make_result("job-array", config, [summary, *records], ran_elsewhere=True)
 
 
 def main(work_dir: str, task: int) -> None:

@@ -73,4 +73,4 @@ def run_hello(config: HelloConfig, progress: Progress) -> Result:
         for a in acct
     ]
     progress.update(3, 3, "done")
-    return make_result("slurm-hello", config, records)
+    return make_result("slurm-hello", config, records, ran_elsewhere=True)

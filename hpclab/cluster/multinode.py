@@ -150,7 +150,7 @@ def run_multinode(config: MultinodeConfig, progress: Progress) -> Result:
         }
     )
     progress.update(total, total, "done")
-    return make_result("ddp-multinode", config, records)
+    return make_result("ddp-multinode", config, records, ran_elsewhere=True)
 
 
 def main(argv: list[str]) -> None:

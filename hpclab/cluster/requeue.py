@@ -157,4 +157,4 @@ def run_requeue(config: RequeueConfig, progress: Progress) -> Result:
         {"kind": "loss", "step": s, "loss": v, "attempt": a} for s, v, a in losses
     ]
     progress.update(3, 3, "done")
-    return make_result("requeue", config, records)
+    return make_result("requeue", config, records, ran_elsewhere=True)

@@ -51,4 +51,4 @@ def run_staging_job(config: StagingJobConfig, progress: Progress) -> Result:
         {**r, "job_id": job.job_id, "node": node, "slurm_tmpdir": tmpdir} for r in inner["records"]
     ]
     progress.update(1, 1, "done")
-    return make_result("staging-job", config, records)
+    return make_result("staging-job", config, records, ran_elsewhere=True)

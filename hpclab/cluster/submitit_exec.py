@@ -71,7 +71,10 @@ def executor(spec: JobSpec, site: SiteProfile, folder: Path) -> Any:
     import submitit
 
     ex = submitit.SlurmExecutor(folder=folder, python=sys.executable)
-    ex.update_parameters(**parameters(spec, site))
+    params = parameters(spec, site)
+    # The job runs in its folder, like every job of hpclab.cluster (``sbatch --chdir``).
+    params["additional_parameters"]["chdir"] = str(folder)
+    ex.update_parameters(**params)
     return ex
 
 

@@ -131,7 +131,10 @@ def run_search(cfg: SearchConfig, progress: Progress) -> Result:
             tier="live",
         )
     progress.update(cfg.trials, cfg.trials, "")
-    return make_result("search", cfg, records)
+    in_jobs = cfg.backend in ("array", "submitit") or (
+        cfg.backend == "celery" and cfg.where == "slurm"
+    )
+    return make_result("search", cfg, records, ran_elsewhere=in_jobs)
 
 
 def _label(res: Result) -> str:
