@@ -90,6 +90,6 @@ def cluster(slurm):
     while left() and time.monotonic() < deadline:
         time.sleep(0.2)
     remaining = left()
-    for job in remaining:
-        slurm.cancel(job["job_id"])
+    for job in remaining:  # an array's pending tasks show as 12_[1-2%1]: cancel the array
+        slurm.cancel(job["job_id"].split("_")[0])
     assert not remaining, f"jobs left in the queue: {remaining}"
