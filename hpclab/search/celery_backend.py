@@ -8,11 +8,11 @@ so the model-based sampler learns from every result that is in.
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
 from hpclab.progress import Progress
+from hpclab.search.job_backends import failed_record as _failed
 from hpclab.search.strategies import Searcher
 
 
@@ -70,12 +70,16 @@ def run_celery(cfg: Any, searcher: Searcher, progress: Progress) -> list[dict]:
                         err = (
                             f"worker w{w} died (exit code {proc.returncode}) and no worker is left"
                         )
-                        records.append(_failed(index, params, err, t_submit, t0))
+                        records.append(_failed(index, params, err, t_submit, t0, time.perf_counter))
             finished = [i for i, (res, _, _) in running.items() if res.ready()]
             if not finished:
                 if len(lost) == len(pool.procs):
                     for index, (_, params, t_submit) in list(running.items()):
-                        records.append(_failed(index, params, "no worker is left", t_submit, t0))
+                        records.append(
+                            _failed(
+                                index, params, "no worker is left", t_submit, t0, time.perf_counter
+                            )
+                        )
                     running.clear()
                 time.sleep(0.02)
                 continue
@@ -85,7 +89,14 @@ def run_celery(cfg: Any, searcher: Searcher, progress: Progress) -> list[dict]:
                     out = res.get(timeout=10)
                 except Exception as exc:  # noqa: BLE001 - a trial's own error, kept in its record
                     records.append(
-                        _failed(index, params, f"{type(exc).__name__}: {exc}", t_submit, t0)
+                        _failed(
+                            index,
+                            params,
+                            f"{type(exc).__name__}: {exc}",
+                            t_submit,
+                            t0,
+                            time.perf_counter,
+                        )
                     )
                     continue
                 searcher.tell(index, out["val_loss"])
@@ -108,12 +119,3 @@ def _allocation_lost(cfg: Any, pool: Any, records: list[dict]) -> None:
         "not run (the job was cancelled or hit its limit; its log: "
         f"{pool.job.log_path()})"
     )
-
-
-def _failed(index: int, params: dict, error: str, t_submit: float, t0: float) -> dict:
-    now = time.perf_counter()
-    return {
-        "trial": index, "params": params, "val_loss": math.inf, "val_acc": 0.0, "epochs": 0,
-        "seconds": 0.0, "overhead_s": now - t_submit, "start_s": t_submit - t0,
-        "end_s": now - t0, "worker": None, "error": error, "queue_s": 0.0, "startup_s": 0.0,
-    }  # fmt: skip

@@ -50,8 +50,12 @@ def job_record(
     }  # fmt: skip
 
 
-def failed_record(index: int, params: dict, error: str, t_submit: float, t0: float) -> dict:
-    now = time.time()
+def failed_record(
+    index: int, params: dict, error: str, t_submit: float, t0: float, clock=time.time
+) -> dict:
+    """A trial that produced no result, on every backend (``clock``: the one ``t_submit`` and
+    ``t0`` were read from)."""
+    now = clock()
     return {
         "trial": index, "params": params, "val_loss": math.inf, "val_acc": 0.0, "epochs": 0,
         "seconds": 0.0, "overhead_s": now - t_submit, "queue_s": 0.0, "startup_s": 0.0,
