@@ -61,7 +61,7 @@ class ExperimentPanel:
         self.controls = {n: make_control(described[n], getattr(base, n)) for n in names}
         self._defaults = {n: described[n]["default"] for n in names}
 
-        self.runner = Runner(self._work)
+        self.runner = Runner(self._work, before=self.config)
         self.view = FigureView(placeholder="press Run to measure")
         if live:
             for ctl in self.controls.values():
@@ -117,7 +117,7 @@ class ExperimentPanel:
     # --- glue -------------------------------------------------------------------------------
     def start(self, wait: bool = False) -> None:
         """Validate the controls and run in the background (``wait`` blocks, for notebooks)."""
-        self.runner.start(wait=wait, before=self.config)
+        self.runner.start(wait=wait)
 
     def cancel(self) -> None:
         self.runner.cancel()

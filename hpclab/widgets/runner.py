@@ -1,8 +1,10 @@
 """The glue every live view shares (chapter 00): Run/Cancel, a progress bar, a one-line status
 and a background thread.
 
-``Runner(work)``: pressing Run calls ``work(progress, arg)`` in a thread (a newer Run cancels the
-running one first); Cancel makes the next ``progress.update`` raise. Whatever ``work`` raises
+``Runner(work, before)``: pressing Run (the button, or ``start()`` from code: one path) first calls
+``before()`` in the caller's thread -- a panel reads and validates its controls there, so a bad
+value is one line in the status and nothing runs -- then ``work(progress, before())`` in a thread (a
+newer Run cancels the running one first); Cancel makes the next ``progress.update`` raise. Whatever ``work`` raises
 becomes one line in the status, never a traceback under the cell (the last traceback is kept in
 ``runner.last_error``). ``work`` returns the status line to show when it succeeds.
 """
@@ -22,10 +24,13 @@ COLORS = {"info": "#444", "ok": "#1a7f37", "warn": "#b54708", "error": "#b42318"
 
 
 class Runner:
-    def __init__(self, work: Callable[[Progress, Any], str]) -> None:
+    def __init__(
+        self, work: Callable[[Progress, Any], str], before: Callable[[], Any] | None = None
+    ) -> None:
         import ipywidgets as w
 
         self.work = work
+        self.before = before
         self.last_error = ""
         self.run_button = w.Button(description="Run", button_style="primary", icon="play")
         self.cancel_button = w.Button(description="Cancel", icon="stop", disabled=True)
@@ -48,13 +53,14 @@ class Runner:
         if note:
             self.say(note)
 
-    def start(self, wait: bool = False, before: Callable[[], Any] | None = None) -> None:
-        """Run ``work`` in the background (``wait`` blocks, for notebooks and tests).
+    def start(self, wait: bool = False) -> None:
+        """Run ``work`` in the background (``wait`` blocks, for notebooks and tests); the Run
+        button calls exactly this.
 
         ``before()`` runs first, in the caller's thread (e.g. validation: a ConfigError it
         raises is shown as one line and nothing runs); what it returns is ``work``'s ``arg``."""
         try:
-            arg = before() if before is not None else None
+            arg = self.before() if self.before is not None else None
         except ConfigError as err:
             self.say(f"error: {err}", "error")
             return
