@@ -110,7 +110,8 @@ def _ddp_case(worker: Callable[..., Any], ranks: int) -> CheckResult:
 
 
 def _ddp_entry(ctx: Any, worker: Callable[..., Any], steps: int, batch: int, seed: int) -> tuple:
-    """The student's worker, and the batch sizes its model's first layer saw on this rank."""
+    """The student's worker, and the batch sizes its model's first layer saw in training
+    (grad enabled) on this rank."""
     import torch
 
     from hpclab.ddp import serial_loop as ex
@@ -119,6 +120,8 @@ def _ddp_entry(ctx: Any, worker: Callable[..., Any], steps: int, batch: int, see
 
     def record(module: Any, args: tuple) -> None:
         x = args[0] if args else None
+        if not torch.is_grad_enabled():
+            return  # an evaluation under no_grad is not a training step
         if isinstance(module, torch.nn.Linear) and module.in_features == ex.FEATURES:
             if isinstance(x, torch.Tensor) and x.dim() == 2:
                 seen.append(int(x.shape[0]))
