@@ -66,7 +66,7 @@ class Watch:
     """Poll, in a thread, the listeners of every process whose command line contains ``mark``
     (e.g. a job's private directory) while the block runs; ``seen`` holds all of them."""
 
-    def __init__(self, mark: str | Callable[[list[str]], bool], interval_s: float = 0.1):
+    def __init__(self, mark: str | Callable[[list[str]], bool], interval_s: float = 0.25):
         self.match = mark if callable(mark) else (lambda cmd: any(mark in a for a in cmd))
         self.interval_s = interval_s
         self.seen: set[Listener] = set()
