@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -58,10 +57,10 @@ def test_gemm_shape_sweep_reports_the_best_shape():
 
 
 def test_gemm_refuses_before_allocating():
-    t0 = time.perf_counter()
+    # the config's own check refuses it (an allocation would have failed differently, or
+    # swapped): the message names the size and the memory it needs
     with pytest.raises(ConfigError, match=r"60000x60000 .* needs 1\d\d\.\d\d GiB on cpu"):
         experiments.run("gemm", size=(60000,), dtype=("fp64",))
-    assert time.perf_counter() - t0 < 2.0
     with pytest.raises(ConfigError, match="dtype=.tf32. on cpu: tf32 is a tensor-core mode"):
         experiments.run("gemm", size=(32,), dtype=("tf32",))
     # "all" skips what a device cannot do instead of failing the whole sweep
