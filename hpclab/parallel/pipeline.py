@@ -36,6 +36,22 @@ def bubble_model(stages: int, micro_batches: int) -> float:
     return (stages - 1) / (micro_batches + stages - 1)
 
 
+def bubble_model_with_comm(micro_batches: int, busy_s: list[float], message_s: float) -> float:
+    """The bubble with what (p-1)/(m+p-1) leaves out: unequal stages and the hand-overs.
+
+    ``busy_s``: each rank's compute seconds in one step (m forwards and backwards);
+    ``message_s``: one stage-to-stage send/recv of a micro-batch's activations (or gradients).
+    The slowest stage paces the pipeline, t = max(busy_s) / m per micro-batch, and filling and
+    draining the pipeline crosses the p-1 boundaries twice (activations forward, gradients
+    back), each crossing a message: the step takes T = (m+p-1) t + 2 (p-1) message_s, and rank
+    r is idle 1 - busy_s[r] / T of it; the mean over ranks is returned. Equal stages and free
+    messages give back (p-1)/(m+p-1).
+    """
+    p, m = len(busy_s), micro_batches
+    span = (m + p - 1) * max(busy_s) / m + 2 * (p - 1) * message_s
+    return sum(1 - b / span for b in busy_s) / p
+
+
 def split_stages(model: nn.Sequential, stages: int) -> list[nn.Sequential]:
     """Cut ``model`` into ``stages`` consecutive parts with about equal numbers of layers
     (a layer = a module with parameters plus the parameter-free modules after it)."""
