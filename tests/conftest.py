@@ -70,7 +70,8 @@ def _daemons_on_loopback_only(run_dir) -> None:
     from listening import assert_loopback_only
 
     pids = [int(p.read_text().strip()) for p in run_dir.glob("*.pid")]
-    found = assert_loopback_only(pids, "the local Slurm", tree=False)
+    # (a cluster left up by an older scripts/local_slurm.sh binds 0.0.0.0: restart it)
+    found = assert_loopback_only(pids, "the local Slurm (restart it if it is older)", tree=False)
     names = {name for _, name, _, _ in found}
     assert {"slurmctld", "slurmd"} <= names, f"the local Slurm's daemons listen on: {found}"
 

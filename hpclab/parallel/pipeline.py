@@ -41,14 +41,16 @@ def bubble_model_with_comm(micro_batches: int, busy_s: list[float], message_s: f
 
     ``busy_s``: each rank's compute seconds in one step (m forwards and backwards);
     ``message_s``: one stage-to-stage send/recv of a micro-batch's activations (or gradients).
-    The slowest stage paces the pipeline, t = max(busy_s) / m per micro-batch, and filling and
-    draining the pipeline crosses the p-1 boundaries twice (activations forward, gradients
-    back), each crossing a message: the step takes T = (m+p-1) t + 2 (p-1) message_s, and rank
-    r is idle 1 - busy_s[r] / T of it; the mean over ranks is returned. Equal stages and free
-    messages give back (p-1)/(m+p-1).
+    With t_r = busy_s[r] / m a stage's time per micro-batch, the slowest stage paces the m
+    micro-batches, the others' one micro-batch each fills and drains the pipeline, and filling
+    and draining cross the p-1 boundaries twice (activations forward, gradients back), each
+    crossing a message: T = (m-1) max t_r + sum t_r + 2 (p-1) message_s. Rank r is idle
+    1 - busy_s[r] / T of the step; the mean over ranks is returned. Equal stages (t each) and
+    free messages give T = (m+p-1) t, hence (p-1)/(m+p-1).
     """
     p, m = len(busy_s), micro_batches
-    span = (m + p - 1) * max(busy_s) / m + 2 * (p - 1) * message_s
+    t = [b / m for b in busy_s]
+    span = (m - 1) * max(t) + sum(t) + 2 * (p - 1) * message_s
     return sum(1 - b / span for b in busy_s) / p
 
 
