@@ -69,3 +69,5 @@ def test_a_jobs_node_local_scratch_is_created_0700():
 
     text = script.render(JobSpec(name="x"), profiles.load("local"), ["true"])
     assert 'mkdir -p -m 0700 "$SLURM_TMPDIR"' in text
+    # and every file the job writes is 0600 (directories 0700): the script's umask
+    assert text.index("umask 077") < text.index("true\n")

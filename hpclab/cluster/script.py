@@ -55,6 +55,7 @@ def render(
     lines.append(f"#SBATCH --output={out}")
     lines.append(f"# site: {site.name} ({site.title}); checked {site.checked}")
     lines.append("set -euo pipefail")
+    lines.append("umask 077  # files the job writes are its user's alone")
     for key, value in (env or {}).items():
         lines.append(f"export {key}={shlex.quote(value)}")
     lines += list(site.setup)
