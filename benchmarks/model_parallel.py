@@ -10,9 +10,9 @@
    other processes only ever adds idle time, beside two models: the one the chapter teaches,
    (p-1)/(m+p-1), and an extended one that adds what it leaves out
    (:func:`hpclab.parallel.pipeline.bubble_model_with_comm`): the slowest stage paces the
-   pipeline (the last one also computes the loss), and filling and draining cross each stage
-   boundary twice, each crossing a send/recv of one micro-batch's activations, measured here by
-   a ping-pong of exactly that tensor between the two ranks (half the median round trip).
+   pipeline (the last one also computes the loss), and a stage cannot compute while it receives
+   a micro-batch's activations or gradients: every micro-batch pays its send/recv, measured here
+   by a ping-pong of exactly that tensor between the two ranks (half the median round trip).
    Goals: the measured bubble within 25 % of the extended model at every m, and the trend: the
    bubble falls as m grows (no m whose bubble is above the previous one's). 1F1B at m = 8 and
    the simple model's ratio are reported. On a machine with more runnable processes than cores

@@ -41,16 +41,16 @@ def bubble_model_with_comm(micro_batches: int, busy_s: list[float], message_s: f
 
     ``busy_s``: each rank's compute seconds in one step (m forwards and backwards);
     ``message_s``: one stage-to-stage send/recv of a micro-batch's activations (or gradients).
-    With t_r = busy_s[r] / m a stage's time per micro-batch, the slowest stage paces the m
-    micro-batches, the others' one micro-batch each fills and drains the pipeline, and filling
-    and draining cross the p-1 boundaries twice (activations forward, gradients back), each
-    crossing a message: T = (m-1) max t_r + sum t_r + 2 (p-1) message_s. Rank r is idle
-    1 - busy_s[r] / T of the step; the mean over ranks is returned. Equal stages (t each) and
-    free messages give T = (m+p-1) t, hence (p-1)/(m+p-1).
+    A stage cannot compute while it receives, so per micro-batch stage r takes
+    u_r = busy_s[r] / m + k_r message_s, k_r the messages it receives per micro-batch
+    (activations from r-1, gradients from r+1: 1 at either end, 2 inside). The slowest stage
+    paces the m micro-batches and the others' one each fills and drains the pipeline:
+    T = (m-1) max u_r + sum u_r. Rank r computes busy_s[r] of it and is idle the rest; the mean
+    idle fraction over ranks is returned. Equal stages and free messages give (p-1)/(m+p-1).
     """
     p, m = len(busy_s), micro_batches
-    t = [b / m for b in busy_s]
-    span = (m - 1) * max(t) + sum(t) + 2 * (p - 1) * message_s
+    u = [b / m + ((r > 0) + (r < p - 1)) * message_s for r, b in enumerate(busy_s)]
+    span = (m - 1) * max(u) + sum(u)
     return sum(1 - b / span for b in busy_s) / p
 
 
