@@ -19,6 +19,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from hpclab.private import private_dir, private_file
+
 TIERS = ("live", "reference", "model")
 
 
@@ -127,9 +129,10 @@ CREATE INDEX IF NOT EXISTS runs_experiment ON runs(experiment);
 
 def _connect(path: Path | None = None) -> sqlite3.Connection:
     path = path or store_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     # A 10 s busy timeout: two kernels of one student may save at the same moment.
     conn = sqlite3.connect(str(path), timeout=10.0)
+    private_file(path)
     conn.executescript(_SCHEMA)
     return conn
 

@@ -17,6 +17,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from hpclab.config import Config, param
+from hpclab.private import private_dir
 from hpclab.profiling import cprofile_tree, line_tool, memory_tool, torch_tool
 from hpclab.profiling.patient import EncodedImages, parse_faults, train
 from hpclab.progress import Progress
@@ -51,8 +52,7 @@ def output_dir(out: str = "") -> Path:
         import platformdirs
 
         path = Path(platformdirs.user_cache_dir("hpclab")) / "profiles"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return private_dir(path)
 
 
 def _stamp(config: ProfileConfig, ext: str) -> Path:
