@@ -174,12 +174,12 @@ def check_array_plan(plan: Callable[[int, int], str], trial_minutes: float = 20.
                 f"plan({n}, {k}) = {text!r} runs task ids {ids[:3]}...{ids[-1:]} ({len(ids)} tasks); "
                 f"trials are numbered 0..{n - 1} and both ends of a Slurm range are included"
             )
-        if "%" not in text:
+        if "%" not in text and n > k:  # n <= k: every task may start at once, rightly
             return failed(
                 f"plan({n}, {k}) = {text!r} has no %throttle: all {n} tasks may start at once "
                 f"although only {k} GPUs are yours"
             )
-        throttle = int(text.split("%")[1])
+        throttle = int(text.split("%")[1]) if "%" in text else n
         if throttle > k and throttle < n:
             return failed(
                 f"plan({n}, {k}) = {text!r} lets {throttle} tasks run at once on {k} GPUs"
