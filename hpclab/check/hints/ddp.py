@@ -11,9 +11,11 @@ EXERCISES = (
             "gradients are averaged so that the replicas stay equal.",
             "A DistributedSampler (num_replicas and rank from ctx, the given seed) splits each "
             "epoch among the ranks; DistributedDataParallel averages gradients during backward; "
-            "sampler.set_epoch(epoch) at every epoch reshuffles as the serial loop does.",
+            "telling the sampler the epoch number at the start of every epoch reshuffles as the "
+            "serial loop does.",
             "A sampler, a DataLoader of per_rank_batch with that sampler, the model wrapped in "
-            "DDP, an SGD optimizer with LR; an outer loop over epochs (set_epoch) around an "
+            "DDP, an SGD optimizer with LR; an outer loop over epochs (the sampler's set_epoch) "
+            "around an "
             "inner loop over batches calling train_step, stopping after `steps` steps.",
         ),
     ),

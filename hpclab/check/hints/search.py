@@ -13,8 +13,9 @@ EXERCISES = (
         ),
         (
             "Packing several trials into one task trades start-up cost against parallelism.",
-            "Wall time = waves x (start-up + per_task x trial time), with tasks = ceil(n / "
-            "per_task), throttle = min(slots, tasks) and waves = ceil(tasks / throttle).",
+            "Wall time = waves x (start-up + per_task x trial time): the trials fill "
+            "ceil(n / per_task) tasks, at most `slots` of them (and never more than there are) "
+            "run at once, and the tasks run in ceil(tasks / throttle) waves.",
             "Try every per_task from 1 to n_trials, compute each one's wall time with that "
             "model, keep the shortest, and return its (throttle, per_task).",
         ),
