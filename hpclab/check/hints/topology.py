@@ -9,9 +9,9 @@ EXERCISES = (
         (
             "A link's bandwidth is the per-lane signalling rate x the lanes, less what the line "
             "encoding spends.",
-            "Rates double from 2.5 GT/s (gen 1) to 64 GT/s (gen 6). Gens 1-2 encode 8 bits in 10, "
+            "Gens 1 to 6 signal at 2.5, 5, 8, 16, 32 and 64 GT/s per lane. Gens 1-2 encode 8 bits in 10, "
             "gens 3-5 128 in 130, gen 6 sends 256-byte FLITs with 242 bytes of payload. A GT/s "
-            "carries one bit per lane: divide by 8 for bytes.",
+            "moves one bit per lane: divide by 8 for bytes.",
             "Look up the rate and the encoding efficiency by generation (a dict, or a condition "
             "on gen), then return rate x width x efficiency / 8.",
         ),
