@@ -263,3 +263,68 @@ def test_crossover_names_the_square_root_mistake_when_it_is_made(
     assert not squared.passed and "n^3, not n^2" in squared.message
     off = crossover(2**0.5 * (w / 2) ** (1 / 3), cpu_lat, cpu_rate, gpu_lat, gpu_rate)
     assert "n^3, not n^2" not in off.message  # a ratio of sqrt(2) is not that mistake
+
+
+def _mistakes():
+    """(label, check call, words of the hint it must show): each wrong answer makes exactly the
+    mistake that its hint describes."""
+    from hpclab.check import compute as C
+    from hpclab.check import ddp_model as D
+    from hpclab.check import parallel as P
+    from hpclab.check import storage as S
+    from hpclab.check import topology as T
+    from hpclab.check import welcome as W
+
+    rate = {1: 2.5, 2: 5, 3: 8, 4: 16, 5: 32, 6: 64}
+    eff = {1: 0.8, 2: 0.8, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130, 6: 242 / 256}
+    link = lambda b, g: b / (g * 1e9)  # noqa: E731
+    ring = lambda b, s, n: b / s / 1e9 * 2 * (n - 1) / n  # noqa: E731
+    w = (2e-5 - 2e-6) / (1 / 1e11 - 1 / 1e13)
+    info = {"cores_usable": 2, "cores_node": 8, "clock_ghz": 3.65, "flops_per_cycle": {"fp32": 32}}
+    p = 0.5 * 2 * 3.65 * 32
+    table = {0: 100.0, 1: 200.0, 2: 210.0}
+    return [
+        ("raw rate", lambda: T.pcie_bandwidth(lambda g, x: rate[g] * x / 8), "raw signalling"),
+        ("both ways", lambda: T.pcie_bandwidth(lambda g, x: rate[g] * x * eff[g] / 4), "both"),
+        ("bits", lambda: T.pcie_bandwidth(lambda g, x: rate[g] * x * eff[g]), "divide by 8"),
+        ("GiB", lambda: T.copy_time(lambda b, lk, h, pin: link(b, lk) * 1e9 / 2**30), "2**30"),
+        ("unstaged", lambda: T.copy_time(lambda b, lk, h, pin: link(b, lk)), "staged"),
+        (
+            "staged pinned",
+            lambda: T.copy_time(lambda b, lk, h, pin: link(b, lk) + link(b, h)),
+            "no staging",
+        ),  # fmt: skip
+        ("serial", lambda: T.pipeline(lambda c, k, n: n * (c + k)), "serial loop"),
+        ("no fill", lambda: T.pipeline(lambda c, k, n: n * max(c, k)), "nothing to hide"),
+        ("macs", lambda: C.gemm_flops(512 * 256 * 128, 512, 256, 128), "multiply-adds"),
+        ("percent", lambda: C.peak_fraction(50.0, 1.0, 2.0), "not a percentage"),
+        ("inverse", lambda: C.peak_fraction(2.0, 1.0, 2.0), "divided the peak"),
+        ("no write", lambda: C.add_intensity(1 / 8), "write of c"),
+        ("per element", lambda: C.add_intensity(1 / 3), "per byte"),
+        ("n^3 = w", lambda: C.crossover(w ** (1 / 3), 2e-6, 1e11, 2e-5, 1e13), "2 n^3 FLOPs"),
+        ("busy over idle", lambda: P.bubble(lambda p_, m: (p_ - 1) / m), "relative to the busy"),
+        ("m = 1", lambda: P.bubble(lambda p_, m: (p_ - 1) / p_), "naive schedule"),
+        ("floor", lambda: P.micro_batches(lambda p_, t: int((p_ - 1) * (1 - t) / t)), "round up"),
+        ("algbw", lambda: D.busbw(lambda b, s, n: b / s / 1e9, 4e6, 1e-3, 2), "that is algbw"),
+        (
+            "no /n",
+            lambda: D.busbw(lambda b, s, n: 2 * (n - 1) * b / s / 1e9, 4e6, 1e-3, 2),
+            "left out the /n",
+        ),  # fmt: skip
+        ("bits/s", lambda: D.busbw(lambda b, s, n: 8 * ring(b, s, n), 4e6, 1e-3, 2), "Gbit/s"),
+        ("MiB", lambda: S.read_bandwidth(3000 * 110e3 / 2**20, 3000, 3), "not MiB"),
+        ("megabits", lambda: S.read_bandwidth(3000 * 110e3 * 8 / 1e6, 3000, 3), "megabits"),
+        ("per file", lambda: S.read_bandwidth(330, 3000, 3000), "one open serves 1000"),
+        ("no workers", lambda: S.workers(0, table), "decodes every batch itself"),
+        ("extra workers", lambda: S.workers(2, table), "1 already are"),
+        ("fraction %", lambda: W.fraction_of_peak(50.0, p, info), "not a percentage"),
+        ("fraction inverse", lambda: W.fraction_of_peak(2.0, p, info), "divided the peak"),
+    ]
+
+
+@pytest.mark.parametrize(("label", "call", "words"), _mistakes(), ids=lambda v: str(v)[:20])
+def test_a_mistake_hint_is_shown_for_the_mistake_it_names(label, call, words, monkeypatch):
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.delenv("HPCLAB_GRADING", raising=False)
+    r = call()
+    assert not r.passed and words in r.message, f"{label}: {r.message}"
