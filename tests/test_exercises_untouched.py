@@ -180,6 +180,8 @@ def test_untouched_notebook_reaches_its_last_cell_with_every_check_not_yet(execu
                 errors.append(f"cell {index}: {o.ename}: {o.evalue}")
         text = _text(cell)
         assert "PASS:" not in text, f"{name} cell {index}: a check passed untouched: {text}"
+        if "solved(" in big.cells[pos].source:  # a cell that uses an answer waits for it
+            assert "finish exercise" in text, f"{name} cell {index}: {text!r}"
         if calls:
             said = text.count("NOT YET:")
             assert said == calls, f"{name} cell {index}: {calls} checks, {said} NOT YET: {text!r}"

@@ -10,6 +10,11 @@ same way: a ``...`` placeholder or a function that still raises ``NotImplemented
 "NOT YET: ..." at once. Under nbgrader (``NBGRADER_EXECUTION`` is set by ``nbgrader autograde``
 and ``validate``) or with ``HPCLAB_GRADING=1``, a check that does not pass prints its feedback and
 then raises :class:`CheckFailed`: nbgrader scores a test cell by whether it raises.
+
+An answer of the wrong type (a string, ``None``, a pandas Series where a number or a function
+belongs) gets a NOT YET that says what the check expected, and so does an answer the check could
+not use; a NOT YET ends with the :func:`hint` call that reveals that exercise's hints one tier at
+a time (texts and expected types: :mod:`hpclab.check.hints`).
 """
 
 from __future__ import annotations
