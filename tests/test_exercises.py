@@ -167,6 +167,7 @@ def test_annotate_gives_nbgrader_roles_from_markers_and_check_cells():
         ("code", "# NBVAL_CHECK_OUTPUT\ncheck.gemm_flops(y, 1, 1, 1)"),
         ("code", "from hpclab.check.welcome import peak\n\npeak(y)"),
         ("code", "print(y)"),
+        ("code", "from hpclab.check import hint\n\nhint('peak')"),
         ("md", "Why?\n### BEGIN SOLUTION\nBecause.\n### END SOLUTION"),
     )
     roles = [c.metadata.get("nbgrader") for c in exercises.annotate(nb).cells]
@@ -175,8 +176,8 @@ def test_annotate_gives_nbgrader_roles_from_markers_and_check_cells():
     assert roles[2]["solution"] and not roles[2]["grade"] and roles[2]["grade_id"] == "answer-1"
     for r, gid in ((roles[3], "check-1"), (roles[4], "check-2")):
         assert r["grade"] and r["locked"] and r["points"] == 1 and r["grade_id"] == gid
-    assert roles[5] is None
-    assert roles[6]["solution"] and roles[6]["grade"] and roles[6]["points"] == 0
+    assert roles[5] is None and roles[6] is None  # asking for a hint is not a check
+    assert roles[7]["solution"] and roles[7]["grade"] and roles[7]["points"] == 0
     assert all(r["schema_version"] == 3 for r in roles if r)
 
 
