@@ -29,7 +29,13 @@ CHAPTERS: tuple[tuple[str, str, str], ...] = (
     ("04", "Storage & data loading", "small files vs LMDB vs HDF5 vs shards, DataLoader workers"),
     ("05", "Hogwild & parameter-server SGD", "lock-free SGD, sync/async servers, staleness"),
     ("06", "Multi-GPU data parallel", "DDP, all-reduce bandwidth, ring all-reduce, scaling model"),
+    (
+        "06",
+        "Model parallel (06, part 2)",
+        "pipeline bubble, tensor parallel, memory per GPU, layouts",
+    ),
     ("07", "On the cluster", "Slurm jobs, multi-node torchrun, checkpoint/restart"),
+    ("08", "Search and autotuning", "grid/random/TPE, job arrays, Celery workers, autotuning"),
 )
 
 

@@ -215,10 +215,26 @@ class _Workload:
 
 
 @exercise_check
-def timer(my_timer: Callable[..., float], device: str = "cpu", dt: float = 0.004) -> CheckResult:
+def timer(
+    my_timer: Callable[..., float], device: str | None = None, dt: float = 0.004
+) -> CheckResult:
     """(d) ``my_timer(fn, device=..., warmup=2, repeat=10) -> seconds per call`` must agree with
     :func:`hpclab.measure.timing.time_fn` on a workload whose first call is slow and which, on a
-    GPU, runs asynchronously."""
+    GPU, runs asynchronously. By default it is tried on the CPU and, where there is one, on the
+    GPU too: on a CPU alone a timer that never synchronizes measures the same as one that does."""
+    if device is not None:
+        return _timer_on(my_timer, device, dt)
+    import torch
+
+    result = _timer_on(my_timer, "cpu", dt)
+    if result.passed and torch.cuda.is_available():
+        on_gpu = _timer_on(my_timer, "cuda", dt)
+        if not on_gpu.passed:
+            return failed(f"on the CPU it is right, but on this GPU: {on_gpu.message}")
+    return result
+
+
+def _timer_on(my_timer: Callable[..., float], device: str, dt: float) -> CheckResult:
     from hpclab.measure.timing import time_fn
 
     work = _Workload(dt, device)

@@ -258,7 +258,7 @@ def plot_search(result: Result) -> Any:
 def three_ways(
     trials: int | None = None, throttle: int = 2, workers: int = 2, **common: Any
 ) -> list[Result]:
-    """The chapter's comparison, "one search, three ways": the same trials (same strategy and
+    """The chapter's comparison, "one search, four ways": the same trials (same strategy and
     seed) one after another, as a job array, as submitit's array (``throttle`` at once), and on
     ``workers`` Celery workers inside one Slurm job; show it with :func:`backends_table`.
 
