@@ -297,7 +297,8 @@ def crossover(
     value = as_number(answer, "n_crossover")
     if isinstance(value, CheckResult):
         return value
-    want = size_of("matmul", crossover_work(cpu_latency_s, cpu_rate, gpu_latency_s, gpu_rate))
+    work = crossover_work(cpu_latency_s, cpu_rate, gpu_latency_s, gpu_rate)
+    want = size_of("matmul", work)
     if near(value / want, 1.0, 0.03):
         return passed(f"n* = ((t_gpu - t_cpu) / (2 (1/r_cpu - 1/r_gpu)))^(1/3) = {want:.0f}.")
     ratio = value / want
@@ -305,7 +306,7 @@ def crossover(
         ratio,
         [
             (2 ** (1 / 3), "a matmul is 2 n^3 FLOPs, not n^3"),
-            (2**0.5, "n^3, not n^2: solve 2 n^3 = w*"),
+            ((work / 2) ** 0.5 / want, "n^3, not n^2: solve 2 n^3 = w*"),
             (want**2, "take the cube root of n^3"),
         ],
         0.03,
