@@ -25,8 +25,17 @@ The contract (DESIGN.md, "Launching ranks"), and how it is kept:
 - **No orphans.** Every child (and its own children, e.g. DataLoader workers) is killed in a
   ``finally``; children also die with the parent (``PR_SET_PDEATHSIG``). Ctrl-C or a kernel
   interrupt reaches the parent's wait loop and stops everything.
-- **fork where safe.** fork starts a rank in ~0.05 s and runs workers defined in a notebook;
-  it is refused after CUDA was initialised in this process (CUDA does not survive fork).
+- **fork where safe.** fork starts a rank in ~0.05 s and runs workers defined in a notebook,
+  but it is not always safe: CUDA does not survive fork, and on a machine with a GPU, once a
+  process has run a backward pass, the children it forks cannot run autograd ("Unable to handle
+  autograd's threading in combination with fork-based multiprocessing": the autograd engine
+  starts one thread per GPU, which a forked child does not have). :func:`start_method` is the
+  one policy: fork where no GPU is visible; forkserver (a clean process that forks the ranks,
+  fast after its first start) where one is, for workers importable from a module; fork is
+  refused once CUDA is initialised here.
+- **Cause first at start, too.** With spawn or forkserver the worker and its arguments are
+  unpickled inside the rank, after its log is set up: a worker whose module the child cannot
+  import fails as that rank's error, naming the module, not as an exit code.
 - **Debugging a worker.** ``launch(worker, 1, inprocess=True)`` runs the one rank in the
   calling process, with the same :class:`RankContext`, threads, process group (if a backend is
   asked for) and teardown: breakpoints and ``%debug`` work, and its exception is raised as is.
@@ -59,6 +68,8 @@ __all__ = ["LaunchError", "LaunchTimeout", "RankError", "launch"]
 # peer of a crashed rank fails within ~0.3 s (DESIGN.md, measured facts); one that computes
 # outside a collective would only notice at its next one, so it is stopped instead.
 SETTLE_S = 1.0
+# Imported once by the forkserver, inherited by every rank it forks (it never runs autograd).
+FORKSERVER_PRELOAD = ["torch", "torch._dynamo", "hpclab.dist.child", "hpclab.train"]
 
 
 def launch(
@@ -109,24 +120,76 @@ def _cuda_initialized() -> bool:
     return bool(torch is not None and torch.cuda.is_initialized())
 
 
-def _start_context(worker: Callable[..., Any], start_method: str) -> Any:
-    """The multiprocessing context: fork unless CUDA is initialised here; refuse unsafe asks."""
-    if start_method == "auto":
-        start_method = "spawn" if _cuda_initialized() else "fork"
-    if start_method == "fork" and _cuda_initialized():
+def _in_main(worker: Callable[..., Any]) -> bool:
+    """Defined in the notebook or the script run as __main__: only fork can run it."""
+    return getattr(worker, "__module__", "") in ("__main__", "__mp_main__")
+
+
+def start_method(worker: Callable[..., Any] | None = None, requested: str = "auto") -> str:
+    """How ranks are started (chapter 05 says why it matters); the one policy, used by
+    :func:`launch` and by callers that make locks or barriers for the ranks.
+
+    ``"auto"``: fork when no GPU is visible (as fast as it gets, notebook workers run);
+    forkserver when CUDA is initialised here, or when a GPU is visible and the worker is
+    importable: a process forked from one that ran a backward pass on a GPU machine cannot run
+    autograd. A worker defined in the notebook can only be forked: it keeps fork until CUDA is
+    initialised. An explicit ``requested`` method is checked and returned.
+    """
+    from hpclab.dist.placement import gpu_count
+
+    if requested == "auto":
+        if _cuda_initialized() or (gpu_count() > 0 and not _in_main(worker)):
+            requested = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+        else:
+            requested = "fork"
+    if requested not in mp.get_all_start_methods():
+        raise LaunchError(f"start_method={requested!r} is not available on this system")
+    if requested == "fork" and _cuda_initialized():
         raise LaunchError(
             "cannot fork ranks: CUDA is already initialised in this process and does not survive "
             "fork; restart the kernel and launch before touching the GPU, or use "
             "start_method='spawn' with a worker defined in an importable module"
         )
-    if start_method == "spawn" and getattr(worker, "__module__", "") == "__main__":
+    if requested != "fork" and worker is not None and _in_main(worker):
         raise LaunchError(
             f"worker {getattr(worker, '__name__', worker)!r} is defined in the notebook/script; "
-            "spawn cannot import it: move it into a .py module or use start_method='fork'"
+            f"{requested} cannot import it: move it into a .py module or use start_method='fork'"
         )
-    if start_method not in mp.get_all_start_methods():
-        raise LaunchError(f"start_method={start_method!r} is not available on this system")
-    return mp.get_context(start_method)
+    return requested
+
+
+def _start_context(worker: Callable[..., Any], requested: str) -> Any:
+    """The multiprocessing context of :func:`start_method`. The forkserver imports torch, the
+    rank's entry point and the training step once (``torch._dynamo`` is what the first
+    optimizer step would import, ~1 s): measured here, a two-worker Hogwild run then starts as
+    fast as with fork (1.1 s vs 1.5 s), after one slow first start of the server."""
+    method = start_method(worker, requested)
+    mpctx = mp.get_context(method)
+    if method == "forkserver":
+        mpctx.set_forkserver_preload(FORKSERVER_PRELOAD)
+    return mpctx
+
+
+class _Payload:
+    """The worker and its arguments on their way into a rank.
+
+    With fork the child inherits them as they are. Otherwise they are pickled while the rank
+    is being started (locks and shared tensors may only travel then) into bytes that the
+    child unpickles in :func:`hpclab.dist.child.child_main`, after its log is set up: an
+    unimportable module then becomes that rank's error, with its traceback, instead of a
+    child that dies before it can say why.
+    """
+
+    def __init__(self, obj: Any = None, blob: bytes | None = None) -> None:
+        self.obj, self.blob = obj, blob
+
+    def __reduce__(self) -> tuple:
+        from multiprocessing.reduction import ForkingPickler
+
+        return (_Payload, (None, bytes(ForkingPickler.dumps(self.obj))))
+
+    def load(self) -> Any:
+        return self.obj if self.blob is None else pickle.loads(self.blob)
 
 
 def _run_inprocess(
@@ -208,13 +271,28 @@ class _Ranks:
                     self.where.threads,
                     cpus=self.where.cpus[rank] if self.where.cpus else (),
                 )
+                payload = _Payload((worker, args, kwargs))
                 p = self.mpctx.Process(
                     target=child_main,
-                    args=(worker, ctx, store, self.timeout_s, self.log(rank), writer, args, kwargs),
+                    args=(payload, ctx, store, self.timeout_s, self.log(rank), writer),
                     name=f"hpclab-rank{rank}",
                 )
-                self.procs.append(p)
-                p.start()
+                try:
+                    p.start()
+                except Exception as exc:
+                    reader.close()
+                    writer.close()
+                    method = self.mpctx.get_start_method()
+                    name = getattr(worker, "__qualname__", repr(worker))
+                    why = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+                    raise LaunchError(
+                        f"rank {rank} could not be started with {method}: "
+                        f"{type(exc).__name__}: {why} (worker {name!r} and its arguments must "
+                        "be picklable, and a script must start ranks under "
+                        "`if __name__ == '__main__':`; define the worker at the top level of an "
+                        "importable .py module)"
+                    ) from exc
+                self.procs.append(p)  # only started processes: stop() joins each of them
                 writer.close()
                 self.conns[rank] = reader
 
