@@ -43,7 +43,9 @@ REFERENCE_GPUS = ("H100 SXM", "A100 SXM 80GB", "V100 SXM2", "P100 SXM2")
 
 @dataclass(frozen=True)
 class BandwidthConfig(Config):
-    device: str = param("cpu", choices=dev.DEVICE_CHOICES, help="cpu, cuda (GPU 0) or all")
+    device: str = param(
+        "all", choices=dev.DEVICE_CHOICES, help="cpu, cuda (GPU 0) or all (CPU and every GPU)"
+    )
     kernels: tuple = param(tuple(KERNELS), choices=tuple(KERNELS), help="STREAM kernels to run")
     array_mb: int = param(
         256, min=1, max=65536, quick=64, help="MiB per array (keep it >= 4x the last-level cache)"

@@ -78,11 +78,16 @@ def size_of(op: str, work: float) -> float:
     return (work / 2.0) ** (1 / 3) if op == "matmul" else work / 12.0
 
 
-def crossover_work(lat_a: float, rate_a: float, lat_b: float, rate_b: float) -> float:
+def crossover_work(
+    lat_a: float, rate_a: float | None, lat_b: float, rate_b: float | None
+) -> float | None:
     """Work where device b (larger latency, larger rate) starts to beat device a.
 
-    ``inf`` when b is never faster, 0 when it is always faster.
+    ``inf`` when b is never faster, 0 when it is always faster, None when a rate is unknown
+    (the fit found only a latency, :func:`fit_latency_rate`).
     """
+    if rate_a is None or rate_b is None:
+        return None
     if lat_b <= lat_a and rate_b >= rate_a:
         return 0.0
     slope = 1.0 / rate_a - 1.0 / rate_b
@@ -91,18 +96,38 @@ def crossover_work(lat_a: float, rate_a: float, lat_b: float, rate_b: float) -> 
     return max(0.0, (lat_b - lat_a) / slope)
 
 
-def fit_latency_rate(works: list[float], seconds: list[float]) -> tuple[float, float]:
+# Below this share of the time at the largest size, the fitted work term is noise: the data do
+# not determine the rate (a GPU busy with launches only, at every size measured).
+RATE_SHARE_MIN = 0.05
+
+
+def fit_latency_rate(works: list[float], seconds: list[float]) -> tuple[float, float | None]:
     """Least-squares fit of ``t = latency + w / rate``; returns (latency s, rate per s).
 
-    The fit is weighted by 1/t (relative error), since times span several decades.
+    The fit is weighted by 1/t (relative error), since times span several decades. The rate
+    is None when the data do not determine it: the time did not grow with the work, or the
+    work term explains under ``RATE_SHARE_MIN`` of the time at the largest size (never a rate
+    of 1e30 from dividing by a fitted zero). A negative latency is reported as 0.
     """
     import numpy as np
 
     w, t = np.asarray(works, float), np.asarray(seconds, float)
     a = np.stack([np.ones_like(w), w], axis=1) / t[:, None]
     (lat, inv_rate), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
-    inv_rate = max(inv_rate, 1e-30)
+    biggest = int(np.argmax(w))
+    if inv_rate <= 0 or w[biggest] * inv_rate < RATE_SHARE_MIN * t[biggest]:
+        return max(float(lat), 0.0), None
     return max(float(lat), 0.0), float(1.0 / inv_rate)
+
+
+def fit_note(rate: float | None, works: list[float], op: str) -> str:
+    """What a fit could not determine, in one sentence ("" when it determined both)."""
+    if rate is not None:
+        return ""
+    return (
+        f"rate not determined: the time per call hardly grew from {size_of(op, min(works)):.3g} "
+        f"to {size_of(op, max(works)):.3g} (only the per-call latency shows); measure larger sizes"
+    )
 
 
 def _fn(op: str, size: int, device: str):
@@ -119,17 +144,24 @@ def _fn(op: str, size: int, device: str):
     return lambda: torch.add(a, b, out=c)
 
 
+# A GPU also runs these larger sizes: up to n=512 an H200 spent ~20 us per matmul whatever n
+# (launch latency only), so without them its fit finds no rate (this course's H200 run).
+GPU_EXTRA = {"matmul": (2048, 4096), "add": (2**25, 2**27)}
+
+
+def _sizes(config: CrossoverConfig, op: str, device: str) -> list[int]:
+    sizes = set(config.matmul_sizes if op == "matmul" else config.add_sizes)
+    if device.startswith("cuda"):
+        sizes |= {s for s in GPU_EXTRA[op] if s > max(sizes)}
+    return sorted(sizes)
+
+
 def run_crossover(config: CrossoverConfig, progress: Progress) -> Result:
     from hpclab.compute.timers import timed_auto
     from hpclab.measure.timing import synchronize
 
     devices = dev.resolve_devices(config.device)
-    plan = [
-        (d, op, s)
-        for d in devices
-        for op in config.ops
-        for s in sorted(set(config.matmul_sizes if op == "matmul" else config.add_sizes))
-    ]
+    plan = [(d, op, s) for d in devices for op in config.ops for s in _sizes(config, op, d)]
     records: list[dict[str, Any]] = []
     for i, (device, op, size) in enumerate(plan):
         progress.update(i, len(plan), f"{op} {size} on {device}")
@@ -188,7 +220,8 @@ def fits_and_crossovers(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for op in dict.fromkeys(p["op"] for p in points):
         for device in dict.fromkeys(p["device"] for p in points if p["op"] == op):
             rows = [p for p in points if p["op"] == op and p["device"] == device]
-            lat, rate = fit_latency_rate([p["work"] for p in rows], [p["seconds"] for p in rows])
+            works = [p["work"] for p in rows]
+            lat, rate = fit_latency_rate(works, [p["seconds"] for p in rows])
             fits[(op, device)] = {
                 "tier": rows[0].get("tier", "live"),
                 "kind": "fit",
@@ -196,6 +229,7 @@ def fits_and_crossovers(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "device": device,
                 "latency_s": lat,
                 "rate_per_s": rate,
+                "note": fit_note(rate, works, op),
             }
     out = list(fits.values())
     for (op, device), f in fits.items():
@@ -204,6 +238,7 @@ def fits_and_crossovers(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         w = crossover_work(cpu["latency_s"], cpu["rate_per_s"], f["latency_s"], f["rate_per_s"])
         measured = _measured_crossover(points, op, device)
+        unknown = [d for d, fit in (("cpu", cpu), (device, f)) if fit["rate_per_s"] is None]
         out.append(
             {
                 "tier": "model" if f["tier"] == "model" else "live",
@@ -211,8 +246,13 @@ def fits_and_crossovers(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "op": op,
                 "device": device,
                 "predicted_work": w,
-                "predicted_size": size_of(op, w),
+                "predicted_size": None if w is None else size_of(op, w),
                 "measured_size": measured,
+                "note": (
+                    f"not predicted: the fit of {' and '.join(unknown)} found no rate"
+                    if unknown
+                    else ""
+                ),
             }
         )
     return out
@@ -274,6 +314,8 @@ def plot_crossover(result: Result):
             if c["kind"] != "crossover" or c["op"] != op:
                 continue
             at = c["predicted_size"]
+            if at is None:  # the fit found no rate: nothing to draw, the table says why
+                continue
             if math.isfinite(at) and lo <= at <= hi:
                 fig.add_vline(
                     x=max(at, 1),
