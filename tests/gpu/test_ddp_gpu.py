@@ -84,5 +84,6 @@ def test_too_many_gpus_is_refused_with_what_exists():
     from hpclab.config import ConfigError
 
     n = torch.cuda.device_count()
-    with pytest.raises(ConfigError, match=f"needs {n + 1} GPUs but this allocation has {n}"):
+    refusal = f"needs one GPU per rank: ranks={n + 1} but {n} GPU\\(s\\) are visible"
+    with pytest.raises(ConfigError, match=refusal):
         experiments.run("ddp", ranks=n + 1, device="cuda")
