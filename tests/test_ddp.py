@@ -209,3 +209,19 @@ def test_scaling_explorer_panel_runs_and_caps_ranks(monkeypatch):
     view.controls["batch_size"].value = 33  # not divisible by 2 ranks: refused, not run
     view.start(wait=True)
     assert "nearest valid: 32, 34" in view.status.value and len(view.results) == 1
+
+
+def test_one_rank_of_the_ddp_run_does_the_plain_loops_work():
+    """The plain loop of benchmarks/ddp_gpu.py trains the run's own spec: the same batches and
+    steps give the same losses (on the CPU here; on a GPU in tests/gpu)."""
+    from hpclab.ddp.ddp_experiment import train_spec
+    from hpclab.ddp.plain import plain_loop
+
+    spec = train_spec(DDPConfig.create(ranks=1, batch_size=512, steps=8, warmup=2))
+    assert spec.samples == 4096  # 8 steps per epoch: the run crosses an epoch boundary
+    ours = launch(ddp_worker, 1, args=(spec,), device="cpu")[0]
+    plain = launch(plain_loop, 1, args=(spec,), device="cpu")[0]
+    assert ours["loss_first"] == pytest.approx(plain["loss_first"], rel=1e-6)
+    assert ours["loss_last"] == pytest.approx(plain["loss_last"], rel=1e-5)
+    assert ours["loss_last"] < ours["loss_first"]
+    assert plain["step_s"] > 0

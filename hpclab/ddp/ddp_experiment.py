@@ -135,11 +135,10 @@ def _record(cfg: DDPConfig, ranks: int, outs: list[dict], started: float) -> dic
     }
 
 
-def run_ddp(config: DDPConfig, progress: Progress) -> Result:
-    where = place(config.ranks, config.device)  # the baseline rank gets the same device, threads
-    device, threads = where.device, where.threads
-    progress.update(0, 1, where.note)
-    spec = TrainSpec(
+def train_spec(config: DDPConfig) -> TrainSpec:
+    """What each rank trains: the one spec a run and its references share (the plain loop of
+    ``benchmarks/ddp_gpu.py`` trains this very spec, so both do the same work)."""
+    return TrainSpec(
         model=config.model,
         per_rank_batch=config.per_rank_batch,
         steps=config.steps,
@@ -149,6 +148,13 @@ def run_ddp(config: DDPConfig, progress: Progress) -> Result:
         bucket_cap_mb=config.bucket_cap_mb,
         micro_batches=config.micro_batches,
     )
+
+
+def run_ddp(config: DDPConfig, progress: Progress) -> Result:
+    where = place(config.ranks, config.device)  # the baseline rank gets the same device, threads
+    device, threads = where.device, where.threads
+    progress.update(0, 1, where.note)
+    spec = train_spec(config)
     plan = [config.ranks]
     if config.baseline and config.ranks > 1:
         plan.insert(0, 1)
