@@ -23,7 +23,7 @@ from typing import Any
 from hpclab.config import Config, ConfigError, param
 from hpclab.ddp.worker import TrainSpec, ddp_worker
 from hpclab.display import plural
-from hpclab.dist.placement import DEVICES, place
+from hpclab.dist.placement import DEVICES, gpu_count, place
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 from hpclab.train import MODELS
@@ -195,5 +195,29 @@ def run_ddp(config: DDPConfig, progress: Progress) -> Result:
                 "formula": "step = compute_s + allreduce_s(gradient bytes), no overlap",
             }
         )
+    if one_gpu_beside(config, gpu_count()):
+        progress.update(len(plan), len(plan), "one rank on the GPU, beside the CPU ranks")
+        one = (
+            replace(spec, per_rank_batch=config.batch_size) if config.scaling == "strong" else spec
+        )
+        gpu = place(1, "cuda")
+        outs, started = launch_spec(1, one, "cuda", gpu.threads, Progress())
+        records.append(_record(config, 1, outs, started) | {"role": "gpu-rank", "efficiency": None,
+                                                            "note": one_gpu_note(config.ranks)})  # fmt: skip
     progress.update(len(plan), len(plan), "done")
     return make_result("ddp", config, records)
+
+
+def one_gpu_beside(config: DDPConfig, gpus: int) -> bool:
+    """On an allocation with fewer GPUs than ranks but at least one, ``device="auto"`` runs the
+    ranks on the CPU and then one rank on GPU 0 with the same per-rank batch: the GPU is shown,
+    and :func:`hpclab.ddp.scaling.from_measurements` calibrates the model from it."""
+    return config.device == "auto" and 0 < gpus < config.ranks
+
+
+def one_gpu_note(ranks: int) -> str:
+    return (
+        f"{ranks} ranks cannot share one GPU: NCCL refuses two ranks on one device, and "
+        "processes sharing a GPU take turns on it instead of adding to it, so the ranks ran "
+        "on the CPU and the GPU ran one rank beside them"
+    )

@@ -173,7 +173,10 @@ def _note(ranks: int, device: str, backend: str, threads: int, gpus: int, cores:
     if gpus == 0:
         why = "no GPU is visible"
     elif gpus < ranks:
-        why = f"{gpus} GPU(s) visible, fewer than one per rank"
+        why = (
+            f"{gpus} GPU(s) visible, fewer than one per rank (ranks cannot share a GPU: NCCL "
+            "refuses two ranks on one device)"
+        )
     else:
         why = "device='cpu' asked"
     text = f"{who} on CPU{via}: {why}; {threads} thread(s) each of {cores} usable core(s)"
