@@ -69,3 +69,20 @@ def test_too_many_gpus_is_refused_with_what_exists():
     refusal = f"needs one GPU per rank: ranks={n + 1} but {n} GPU\\(s\\) are visible"
     with pytest.raises(ConfigError, match=refusal):
         experiments.run("ddp", ranks=n + 1, device="cuda")
+
+
+def test_one_gpu_allocation_runs_one_gpu_rank_beside_the_cpu_ranks():
+    from hpclab.ddp.scaling import from_measurements
+
+    if torch.cuda.device_count() != 1:
+        pytest.skip("the one-GPU allocation case")
+    res = experiments.run("ddp", ranks=2, steps=5, warmup=2)
+    gpu = [r for r in res.records if r.get("role") == "gpu-rank"]
+    assert [r["device"] for r in gpu] == ["cuda:0"]
+    assert {r["device"] for r in res.records if r["tier"] == "live" and not r.get("role")} == {
+        "cpu"
+    }
+    ar = experiments.run("allreduce", ranks=2, max_bytes=2**20)
+    model = from_measurements(res, ar, max_gpus=8)
+    one = next(r for r in model.records if r["tier"] == "model" and r["gpus"] == 1)
+    assert one["step_s"] == pytest.approx(gpu[0]["step_s"], rel=1e-6)
