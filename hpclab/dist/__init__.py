@@ -2,7 +2,8 @@
 
 from hpclab.dist.context import RankContext
 from hpclab.dist.failures import LaunchTimeout, RankError
-from hpclab.dist.launcher import launch, start_method
+from hpclab.dist.launcher import launch
+from hpclab.dist.start import start_method
 from hpclab.dist.placement import LaunchError, Placement, gpu_count, place, torch_threads
 
 __all__ = [

@@ -93,11 +93,13 @@ def child_main(
 
     ``payload.load()`` gives ``(worker, args, kwargs)``; with spawn or forkserver it unpickles
     them here, inside the ``try``, so a module this process cannot import is reported as this
-    rank's error (:class:`hpclab.dist.launcher._Payload`).
+    rank's error (:class:`hpclab.dist.start.Payload`).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when ranks stop
     _linux_process_setup(ctx.rank)
-    if ctx.cpus and hasattr(os, "sched_setaffinity"):  # before any thread pool exists: OpenMP's threads inherit the mask
+    if ctx.cpus and hasattr(
+        os, "sched_setaffinity"
+    ):  # before any thread pool exists: OpenMP's threads inherit the mask
         os.sched_setaffinity(0, ctx.cpus)
     _own_output(log_path)
     send = sender(conn)

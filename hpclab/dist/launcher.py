@@ -25,17 +25,12 @@ The contract (DESIGN.md, "Launching ranks"), and how it is kept:
 - **No orphans.** Every child (and its own children, e.g. DataLoader workers) is killed in a
   ``finally``; children also die with the parent (``PR_SET_PDEATHSIG``). Ctrl-C or a kernel
   interrupt reaches the parent's wait loop and stops everything.
-- **fork where safe.** fork starts a rank in ~0.05 s and runs workers defined in a notebook,
-  but it is not always safe: CUDA does not survive fork, and on a machine with a GPU, once a
-  process has run a backward pass, the children it forks cannot run autograd ("Unable to handle
-  autograd's threading in combination with fork-based multiprocessing": the autograd engine
-  starts one thread per GPU, which a forked child does not have). :func:`start_method` is the
-  one policy: fork where no GPU is visible; forkserver (a clean process that forks the ranks,
-  fast after its first start) where one is, for workers importable from a module; fork is
-  refused once CUDA is initialised here.
-- **Cause first at start, too.** With spawn or forkserver the worker and its arguments are
+- **fork where safe.** :func:`hpclab.dist.start.start_method` is the one policy: fork where no
+  GPU is visible (~0.05 s a rank, notebook workers run), forkserver where one is (after a
+  backward pass on a GPU machine, forked children cannot run autograd); fork is refused once
+  CUDA is initialised here. With spawn or forkserver the worker and its arguments are
   unpickled inside the rank, after its log is set up: a worker whose module the child cannot
-  import fails as that rank's error, naming the module, not as an exit code.
+  import fails as that rank's error, naming the module, not as a bare exit code.
 - **Debugging a worker.** ``launch(worker, 1, inprocess=True)`` runs the one rank in the
   calling process, with the same :class:`RankContext`, threads, process group (if a backend is
   asked for) and teardown: breakpoints and ``%debug`` work, and its exception is raised as is.
@@ -43,11 +38,9 @@ The contract (DESIGN.md, "Launching ranks"), and how it is kept:
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import pickle
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -60,6 +53,7 @@ from hpclab.dist.context import RankContext
 from hpclab.dist.failures import Failure, LaunchTimeout, RankError, diagnose
 from hpclab.dist.placement import LaunchError, Placement, place
 from hpclab.dist.reap import kill_tree
+from hpclab.dist.start import Payload, start_context
 from hpclab.progress import Progress
 
 __all__ = ["LaunchError", "LaunchTimeout", "RankError", "launch"]
@@ -68,8 +62,6 @@ __all__ = ["LaunchError", "LaunchTimeout", "RankError", "launch"]
 # peer of a crashed rank fails within ~0.3 s (DESIGN.md, measured facts); one that computes
 # outside a collective would only notice at its next one, so it is stopped instead.
 SETTLE_S = 1.0
-# Imported once by the forkserver, inherited by every rank it forks (it never runs autograd).
-FORKSERVER_PRELOAD = ["torch", "torch._dynamo", "hpclab.dist.child", "hpclab.train"]
 
 
 def launch(
@@ -107,89 +99,12 @@ def launch(
         raise LaunchError("cpus= pins rank processes; inprocess=True runs none: leave cpus out")
     if inprocess:
         return [_run_inprocess(worker, where, timeout_s, args, kwargs or {}, progress)]
-    ranks = _Ranks(where, _start_context(worker, start_method), timeout_s)
+    ranks = _Ranks(where, start_context(worker, start_method), timeout_s)
     try:
         ranks.start(worker, args, kwargs or {})
         return ranks.supervise(progress, deadline_s)
     finally:
         ranks.stop()
-
-
-def _cuda_initialized() -> bool:
-    torch = sys.modules.get("torch")
-    return bool(torch is not None and torch.cuda.is_initialized())
-
-
-def _in_main(worker: Callable[..., Any]) -> bool:
-    """Defined in the notebook or the script run as __main__: only fork can run it."""
-    return getattr(worker, "__module__", "") in ("__main__", "__mp_main__")
-
-
-def start_method(worker: Callable[..., Any] | None = None, requested: str = "auto") -> str:
-    """How ranks are started (chapter 05 says why it matters); the one policy, used by
-    :func:`launch` and by callers that make locks or barriers for the ranks.
-
-    ``"auto"``: fork when no GPU is visible (as fast as it gets, notebook workers run);
-    forkserver when CUDA is initialised here, or when a GPU is visible and the worker is
-    importable: a process forked from one that ran a backward pass on a GPU machine cannot run
-    autograd. A worker defined in the notebook can only be forked: it keeps fork until CUDA is
-    initialised. An explicit ``requested`` method is checked and returned.
-    """
-    from hpclab.dist.placement import gpu_count
-
-    if requested == "auto":
-        if _cuda_initialized() or (gpu_count() > 0 and not _in_main(worker)):
-            requested = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
-        else:
-            requested = "fork"
-    if requested not in mp.get_all_start_methods():
-        raise LaunchError(f"start_method={requested!r} is not available on this system")
-    if requested == "fork" and _cuda_initialized():
-        raise LaunchError(
-            "cannot fork ranks: CUDA is already initialised in this process and does not survive "
-            "fork; restart the kernel and launch before touching the GPU, or use "
-            "start_method='spawn' with a worker defined in an importable module"
-        )
-    if requested != "fork" and worker is not None and _in_main(worker):
-        raise LaunchError(
-            f"worker {getattr(worker, '__name__', worker)!r} is defined in the notebook/script; "
-            f"{requested} cannot import it: move it into a .py module or use start_method='fork'"
-        )
-    return requested
-
-
-def _start_context(worker: Callable[..., Any], requested: str) -> Any:
-    """The multiprocessing context of :func:`start_method`. The forkserver imports torch, the
-    rank's entry point and the training step once (``torch._dynamo`` is what the first
-    optimizer step would import, ~1 s): measured here, a two-worker Hogwild run then starts as
-    fast as with fork (1.1 s vs 1.5 s), after one slow first start of the server."""
-    method = start_method(worker, requested)
-    mpctx = mp.get_context(method)
-    if method == "forkserver":
-        mpctx.set_forkserver_preload(FORKSERVER_PRELOAD)
-    return mpctx
-
-
-class _Payload:
-    """The worker and its arguments on their way into a rank.
-
-    With fork the child inherits them as they are. Otherwise they are pickled while the rank
-    is being started (locks and shared tensors may only travel then) into bytes that the
-    child unpickles in :func:`hpclab.dist.child.child_main`, after its log is set up: an
-    unimportable module then becomes that rank's error, with its traceback, instead of a
-    child that dies before it can say why.
-    """
-
-    def __init__(self, obj: Any = None, blob: bytes | None = None) -> None:
-        self.obj, self.blob = obj, blob
-
-    def __reduce__(self) -> tuple:
-        from multiprocessing.reduction import ForkingPickler
-
-        return (_Payload, (None, bytes(ForkingPickler.dumps(self.obj))))
-
-    def load(self) -> Any:
-        return self.obj if self.blob is None else pickle.loads(self.blob)
 
 
 def _run_inprocess(
@@ -271,7 +186,7 @@ class _Ranks:
                     self.where.threads,
                     cpus=self.where.cpus[rank] if self.where.cpus else (),
                 )
-                payload = _Payload((worker, args, kwargs))
+                payload = Payload((worker, args, kwargs))
                 p = self.mpctx.Process(
                     target=child_main,
                     args=(payload, ctx, store, self.timeout_s, self.log(rank), writer),
