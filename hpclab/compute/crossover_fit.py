@@ -31,8 +31,8 @@ def crossover_work(
     return max(0.0, (lat_b - lat_a) / slope)
 
 
-# Below this share of the time at the largest size, the fitted work term is noise: the data do
-# not determine the rate (a GPU busy with launches only, at every size measured).
+# Below this share of the fitted time at the largest size, the fitted work term is noise: the
+# data do not determine the rate (a GPU busy with launches only, at every size measured).
 RATE_SHARE_MIN = 0.05
 
 
@@ -40,19 +40,20 @@ def fit_latency_rate(works: list[float], seconds: list[float]) -> tuple[float, f
     """Least-squares fit of ``t = latency + w / rate``; returns (latency s, rate per s).
 
     The fit is weighted by 1/t (relative error), since times span several decades. The rate
-    is None when the data do not determine it: the time did not grow with the work, or the
-    work term explains under ``RATE_SHARE_MIN`` of the time at the largest size (never a rate
-    of 1e30 from dividing by a fitted zero). A negative latency is reported as 0.
+    is None when the data do not determine it: the fitted time does not grow with the work,
+    or its work term is under ``RATE_SHARE_MIN`` of the fitted time at the largest size (never
+    a rate of 1e30 from dividing by a fitted zero). A negative latency is reported as 0.
     """
     import numpy as np
 
     w, t = np.asarray(works, float), np.asarray(seconds, float)
     a = np.stack([np.ones_like(w), w], axis=1) / t[:, None]
     (lat, inv_rate), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
-    biggest = int(np.argmax(w))
-    if inv_rate <= 0 or w[biggest] * inv_rate < RATE_SHARE_MIN * t[biggest]:
-        return max(float(lat), 0.0), None
-    return max(float(lat), 0.0), float(1.0 / inv_rate)
+    lat = max(float(lat), 0.0)
+    work_term = float(w.max() * inv_rate)
+    if inv_rate <= 0 or work_term < RATE_SHARE_MIN * (lat + work_term):
+        return lat, None
+    return lat, float(1.0 / inv_rate)
 
 
 def fit_note(rate: float | None, works: list[float], op: str) -> str:
