@@ -196,8 +196,5 @@ def test_no_process_left_behind():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only refusal")
 def test_profile_on_cuda_without_a_gpu_is_the_librarys_one_refusal():
-    from hpclab import experiments
-    from hpclab.config import ConfigError
-
     with pytest.raises(ConfigError, match="device='cuda' needs a GPU but no GPU is visible here"):
         experiments.run("profile", device="cuda", steps=5)
