@@ -247,3 +247,18 @@ def test_chapter_01_shows_every_device_by_default(monkeypatch):
     ]  # fmt: skip
     assert [s[0] for s in _shapes(cfg, "cuda:0")] == [512, 1024, 4096, 8192]  # the full curve
     assert [s[0] for s in _shapes(cfg, "cpu")] == [512, 1024]
+
+
+def test_gemm_references_include_this_courses_h200_run_per_dtype():
+    from hpclab.compute.gemm_sweep import plot_gemm, reference_records
+    from hpclab.results import load_reference, make_result
+
+    ours = [r for r in reference_records() if "this course" in r["device"]]
+    run = {(r["dtype"], r["size"]): r for r in load_reference("h200_gemm").records}
+    assert {r["dtype"] for r in ours} == {"bf16", "tf32", "fp32"}
+    for r in ours:
+        assert r["peak_fraction"] == run[(r["dtype"], 8192)]["peak_fraction"]
+        assert r["gflops"] == pytest.approx(r["peak_fraction"] * r["peak_gflops"])
+    bars = plot_gemm(make_result("gemm", {}, reference_records())).data[-1]
+    labels = [y for y in bars.y if "this course" in y]
+    assert sorted(labels) == sorted(f"{r['device']} {r['dtype']} (ref)" for r in ours)

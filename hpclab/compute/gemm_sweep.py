@@ -253,7 +253,7 @@ def plot_gemm(result: Result):
     for r in result.records:
         if r.get("peak_fraction") is None or r["kind"] not in ("square", "max_achievable"):
             continue
-        label = _series_name(r) if r.get("tier") == "live" else f"{r['device']} bf16 (ref)"
+        label = _series_name(r) if r.get("tier") == "live" else f"{r['device']} {r['dtype']} (ref)"
         if label not in bars or r["peak_fraction"] > bars[label]["peak_fraction"]:
             bars[label] = r
     fig.add_bar(  # horizontal: long series names stay readable
