@@ -207,3 +207,47 @@ def test_scaling_explorer_panel_runs_and_caps_ranks(monkeypatch):
     view.controls["batch_size"].value = 33  # not divisible by 2 ranks: refused, not run
     view.start(wait=True)
     assert "nearest valid: 32, 34" in view.status.value and len(view.results) == 1
+
+
+def test_one_rank_of_the_ddp_run_does_the_plain_loops_work():
+    """The plain loop of benchmarks/ddp_gpu.py trains the run's own spec: the same batches and
+    steps give the same losses (on the CPU here; on a GPU in tests/gpu)."""
+    from hpclab.ddp.ddp_experiment import train_spec
+    from hpclab.ddp.plain import plain_loop
+
+    spec = train_spec(DDPConfig.create(ranks=1, batch_size=512, steps=8, warmup=2))
+    assert spec.samples == 4096  # 8 steps per epoch: the run crosses an epoch boundary
+    ours = launch(ddp_worker, 1, args=(spec,), device="cpu")[0]
+    plain = launch(plain_loop, 1, args=(spec,), device="cpu")[0]
+    assert ours["loss_first"] == pytest.approx(plain["loss_first"], rel=1e-6)
+    assert ours["loss_last"] == pytest.approx(plain["loss_last"], rel=1e-5)
+    assert ours["loss_last"] < ours["loss_first"]
+    assert plain["step_s"] > 0
+
+
+def test_one_gpu_allocation_shows_one_gpu_rank_and_calibrates_the_model_from_it():
+    """Two ranks on an allocation with one GPU: CPU ranks, plus one GPU rank beside them; the
+    scaling model then takes its compute from the GPU step (records made by hand: no GPU here)."""
+    from hpclab.ddp.ddp_experiment import one_gpu_beside, one_gpu_note
+    from hpclab.ddp.plots import plot_ddp
+    from hpclab.ddp.scaling import from_measurements
+    from hpclab.results import make_result
+
+    auto = DDPConfig.create(ranks=2)
+    assert one_gpu_beside(auto, 1) and not one_gpu_beside(auto, 0)
+    assert not one_gpu_beside(auto, 2)  # two GPUs: the ranks themselves are on GPUs
+    assert not one_gpu_beside(DDPConfig.create(ranks=2, device="cpu"), 1)
+    assert "2 ranks cannot share one GPU" in one_gpu_note(2)
+    common = {"tier": "live", "model": "tiny", "scaling": "weak", "params": 2e6, "global_batch": 64}
+    cpu = [common | {"ranks": n, "device": "cpu", "step_s": 0.02 * n, "samples_per_s": 64 / 0.02,
+                     "efficiency": 1.0 / n} for n in (1, 2)]  # fmt: skip
+    gpu = common | {"ranks": 1, "device": "cuda:0", "step_s": 0.001, "samples_per_s": 64000.0,
+                    "efficiency": None, "role": "gpu-rank"}  # fmt: skip
+    ddp = make_result("ddp", auto, [*cpu, gpu])
+    ar = make_result("allreduce", auto, [{"tier": "model", "alpha_s": 2e-4, "bandwidth_gbps": 1.5}])
+    model = from_measurements(ddp, ar, max_gpus=8)
+    one = next(r for r in model.records if r["tier"] == "model" and r["gpus"] == 1)
+    assert one["step_s"] == pytest.approx(0.001, rel=1e-6)  # compute from the GPU rank
+    assert [r["gpus"] for r in model.records if r["tier"] == "live"] == [1]
+    names = [t.name for t in plot_ddp(ddp).data]
+    assert any("one GPU rank on cuda:0" in n for n in names)

@@ -7,6 +7,7 @@ import statistics
 
 import psutil
 import pytest
+import torch
 
 from hpclab import experiments
 from hpclab.config import ConfigError
@@ -195,3 +196,9 @@ def test_no_process_left_behind():
     train("all", steps=20, workers=2)
     after = {p.pid for p in psutil.Process().children(recursive=True)}
     assert after <= before
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only refusal")
+def test_profile_on_cuda_without_a_gpu_is_the_librarys_one_refusal():
+    with pytest.raises(ConfigError, match="device='cuda' needs a GPU but no GPU is visible here"):
+        experiments.run("profile", device="cuda", steps=5)

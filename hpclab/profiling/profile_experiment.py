@@ -118,13 +118,9 @@ RUNNERS = {
 
 
 def run_profile(config: ProfileConfig, progress: Progress) -> Result:
-    if config.device == "cuda":
-        import torch
+    from hpclab.dist import place
 
-        if not torch.cuda.is_available():
-            from hpclab.config import ConfigError
-
-            raise ConfigError("device='cuda' but no CUDA GPU is visible here; use device='cpu'")
+    place(1, config.device)  # the library's one refusal when device='cuda' finds no GPU
     progress.update(0, 2, "warm-up")
     train(config.fault, steps=5, device=config.device)  # imports and first allocations
 
