@@ -150,9 +150,12 @@ def apply_series_colors(fig: Any) -> Any:
 
 
 def load_note(result: Any) -> str:
-    """The sentence that says a live result was measured while others held our cores."""
+    """The sentence that says a live result was measured while others held our cores (none for
+    a result that only evaluates a model or shows references)."""
+    from hpclab.results import measured_here
+
     share = getattr(result, "env", {}).get("cpu_share") if result is not None else None
-    if not share or not share.get("disturbed"):
+    if not share or not share.get("disturbed") or not measured_here(result):
         return ""
     from hpclab.measure.cpu_share import CpuShare
 

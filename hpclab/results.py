@@ -96,6 +96,13 @@ def make_result(
     return Result(experiment, cfg, env, rows)
 
 
+def measured_here(result: Any) -> bool:
+    """True when ``result`` has a live record: model and reference rows are computed or
+    bundled, so no load on this machine can make them low (no CPU-share note for them)."""
+    records = getattr(result, "records", None) or ()
+    return any(r.get("tier", "live") == "live" for r in records)
+
+
 # --- the per-user store ---------------------------------------------------------------------
 
 

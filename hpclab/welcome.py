@@ -98,20 +98,27 @@ def run_hardware(config: HardwareConfig, progress: Progress) -> Result:
                 )
     if config.probe_size:
         from hpclab.compute.gemm import time_gemm
+        from hpclab.dist.placement import torch_threads
 
-        progress.update(0, 1, f"fp32 GEMM probe, n={config.probe_size}")
-        g = time_gemm(config.probe_size, "fp32", "cpu", repeat=5)
+        # The probe runs on the cores the peak counts (one thread per core; no more than this
+        # allocation has), so the measured point and its bar describe the same cores.
+        threads = min(cores, info["cores_usable"])
+        progress.update(
+            0, 1, f"fp32 GEMM probe, n={config.probe_size}, {plural(threads, 'thread')}"
+        )
+        with torch_threads(threads):
+            g = time_gemm(config.probe_size, "fp32", "cpu", repeat=5)
         peak = peaks["fp32"]["gflops"]
-        usable = info["cores_usable"]
         records.append(
             {
                 "tier": "live",
                 "device": "cpu",
                 "dtype": "fp32",
-                "cores": usable,
+                "cores": cores,
+                "threads": threads,
                 "size": config.probe_size,
                 "gflops": g.gflops,
-                "peak_fraction": g.gflops / (peak * usable / cores) if peak else None,
+                "peak_fraction": g.gflops / (peak * threads / cores) if peak else None,
                 **g.timing.summary(),
             }
         )
@@ -148,7 +155,9 @@ def plot_hardware(result: Result):
         y=[r["gflops"] for r in live],
         mode="markers",
         marker={"size": 14, "symbol": "diamond"},
-        name="measured fp32 GEMM (live)",
+        name="measured fp32 GEMM"
+        + (f" on {plural(live[0]['threads'], 'thread')}" if live and "threads" in live[0] else "")
+        + " (live)",
     )
     fig.update_layout(
         title="Theoretical peak per dtype (GFLOP/s) and one measured GEMM",

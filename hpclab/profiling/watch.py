@@ -34,7 +34,8 @@ def run_watch(config: WatchConfig, progress: Progress) -> Result:
     records = []
     with Sampler(config.interval) as sampler:
         train(config.fault, steps=config.steps, on_step=lambda i: progress.update(i, config.steps))
-    records += [{"kind": "sample", **r} for r in sampler.records]
+    # The sampler's own kind (cpu, rss, gpu) becomes ``metric``: every reading is a "sample".
+    records += [{**r, "kind": "sample", "metric": r["kind"]} for r in sampler.records]
     if sampler.note:
         records.append({"kind": "note", "note": sampler.note})
     if config.burn_seconds > 0:
@@ -48,7 +49,7 @@ def run_watch(config: WatchConfig, progress: Progress) -> Result:
 
 def plot_watch(result: Result) -> go.Figure:
     samples = [r for r in result.records if r["kind"] == "sample"]
-    gpu = [r for r in samples if r["kind"] == "sample" and "gpu" in r]
+    gpu = [r for r in samples if r["metric"] == "gpu"]
     fig = make_subplots(
         rows=3 if gpu else 2,
         cols=1,

@@ -1,0 +1,90 @@
+"""What figures and notes say is true on this machine (issue 21, section 3): the hardware watch
+draws its samples, a 1-core probe runs on 1 thread, load notes only on live numbers and never
+with a share above the cores."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpclab import experiments
+
+
+def test_hardware_watch_draws_every_sample_kind():
+    from hpclab.profiling.watch import plot_watch
+
+    res = experiments.run("hardware-watch", steps=10, interval=0.02, burn_seconds=0.0)
+    samples = [r for r in res.records if r["kind"] == "sample"]
+    assert {r["metric"] for r in samples} >= {"cpu", "rss"}
+    fig = plot_watch(res)
+    cores = [t for t in fig.data if t.name.startswith("core ")]
+    rss = [t for t in fig.data if t.name == "RSS"]
+    assert cores and all(len(t.y) > 0 for t in cores)
+    assert len(rss) == 1 and len(rss[0].y) > 0 and min(rss[0].y) > 0  # MiB of a live process
+
+
+@pytest.mark.parametrize("cores", [1, 0])
+def test_the_gemm_probe_runs_on_the_cores_its_peak_counts(monkeypatch, cores):
+    import torch
+
+    from hpclab.compute import gemm
+    from hpclab.measure.sysinfo import usable_cores
+    from hpclab.welcome import plot_hardware
+
+    seen = []
+    real = gemm.time_gemm
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gemm, "time_gemm", spy)
+    before = torch.get_num_threads()
+    res = experiments.run("hardware", cores=cores, probe_size=64)
+    want = cores or usable_cores()
+    assert seen == [want]  # the GEMM ran on as many threads as the bar has cores
+    assert torch.get_num_threads() == before  # and the kernel's setting is back
+    live = [r for r in res.records if r["tier"] == "live"]
+    assert live[0]["threads"] == want
+    name = next(t.name for t in plot_hardware(res).data if t.type == "scatter")
+    assert f"on {want} thread" in name
+
+
+def _model_only(config, progress):
+    from hpclab.results import make_result
+
+    return make_result("probe", config, [{"tier": "model", "peak_gflops": 1.0}])
+
+
+def test_a_model_only_result_carries_no_load_note(monkeypatch):
+    from hpclab.display import load_note
+    from hpclab.experiments import Experiment, run_config
+    from hpclab.measure import cpu_share
+    from hpclab.welcome import HardwareConfig
+
+    monkeypatch.setattr(cpu_share, "DISTURBED_CORES", -1.0)  # any measured run is disturbed
+    monkeypatch.setattr(cpu_share, "WAITED_CORES", -1.0)
+    monkeypatch.setattr(cpu_share, "MIN_WALL_S", 0.0)
+    exp = Experiment(name="probe", chapter="00", help="", config=HardwareConfig, run=_model_only)
+    res = run_config(exp, HardwareConfig.create())
+    assert "cpu_share" not in res.env and load_note(res) == ""
+    # A stored result from before (share attached to model rows) gets no note either.
+    res.env["cpu_share"] = cpu_share.CpuShare(2, 1.0, 1.0, 1.0, None).to_dict()
+    assert res.env["cpu_share"]["disturbed"] and load_note(res) == ""
+    # The real chapter-00 panel without its probe is model only.
+    peaks = experiments.run("hardware", probe_size=0)
+    assert "cpu_share" not in peaks.env
+
+
+def test_a_share_never_exceeds_the_cores(monkeypatch):
+    from hpclab.measure import cpu_share
+
+    # A few ticks of CPU time over a 5 ms run read as 3.8 cores of 2: never judged, never said.
+    assert not cpu_share.CpuShare(2, 0.005, 3.8, 3.8, None).disturbed
+    assert "3.8" not in cpu_share.CpuShare(2, 1.0, 3.8, 3.8, None).sentence()
+    # Measured: counters that jump by more than the cores can do are clamped at the cores.
+    ticks = iter([0.0, 50.0])
+    monkeypatch.setattr(cpu_share, "_own_seconds", lambda descendants=False: next(ticks))
+    with cpu_share.measure_cpu_share() as got:
+        pass
+    share = got.value
+    assert share.own_cores == share.cores and 0 <= share.others_cores <= share.cores
