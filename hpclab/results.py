@@ -35,10 +35,13 @@ class Result:
     )
 
     def frame(self):
-        """The records as a pandas DataFrame (one row per record)."""
+        """The records as a pandas DataFrame (one row per record), shown with three significant
+        digits and whole numbers as integers (:func:`hpclab.display.readable`)."""
         import pandas as pd
 
-        return pd.DataFrame(self.records)
+        from hpclab.display import shown_readably
+
+        return shown_readably(pd.DataFrame(self.records))
 
     def to_dict(self) -> dict[str, Any]:
         """The CLI's ``--json`` object."""

@@ -88,3 +88,45 @@ def test_a_share_never_exceeds_the_cores(monkeypatch):
         pass
     share = got.value
     assert share.own_cores == share.cores and 0 <= share.others_cores <= share.cores
+
+
+def test_one_series_one_colour_in_every_subplot_and_whole_log_ticks():
+    from hpclab.display import tick_label
+    from hpclab.parallel.strategies import plot_strategy_model
+
+    fig = plot_strategy_model(experiments.run("strategy-model"))
+    by_group: dict[str, set] = {}
+    for t in fig.data:
+        if t.legendgroup:
+            by_group.setdefault(t.legendgroup, set()).add(t.line.color)
+    assert len(by_group) == 4 and all(len(c) == 1 for c in by_group.values())
+    assert len({next(iter(c)) for c in by_group.values()}) == 4  # and four different colours
+    # The y axes (tokens/s, GB) are log: their ticks are whole labelled values, not "2" and "5".
+    for axis in ("yaxis", "yaxis2"):
+        spec = fig.layout[axis]
+        assert spec.type == "log" and spec.tickmode == "array"
+        assert len(spec.tickvals) >= 2
+        assert list(spec.ticktext) == [tick_label(v) for v in spec.tickvals]
+
+
+def test_log_ticks_read_as_numbers():
+    from hpclab.display import log_ticks, tick_label
+
+    assert log_ticks(16, 1024) == [10, 20, 50, 100, 200, 500, 1000, 2000]
+    assert log_ticks(1, 1e6) == [1, 10, 100, 1e3, 1e4, 1e5, 1e6]
+    assert [tick_label(v) for v in (0.01, 5, 200, 1000, 1e4, 2e6, 3e9)] == [
+        "0.01", "5", "200", "1000", "10k", "2M", "3G"
+    ]  # fmt: skip
+
+
+def test_result_tables_show_three_digits_and_whole_numbers():
+    from hpclab.results import Result
+
+    res = Result("x", {}, {}, [{"step_s": 0.106003, "bytes": 4194304.0, "name": "n" * 80}])
+    frame = res.frame()
+    assert frame["step_s"].iloc[0] == 0.106003  # the values stay what was measured ...
+    text = frame.to_string()
+    assert "0.106" in text and "0.106003" not in text  # ... and show three digits
+    assert "4194304" in text and "4194304.0" not in text
+    html = frame[["name"]]._repr_html_()  # selections stay readable; no cell cut at 50
+    assert "n" * 80 in html

@@ -17,6 +17,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from hpclab.config import Config, param
+from hpclab.display import figure
 from hpclab.profiling import cprofile_tree, line_tool, memory_tool, torch_tool
 from hpclab.profiling.patient import EncodedImages, parse_faults, train
 from hpclab.progress import Progress
@@ -144,6 +145,7 @@ def rows_of(result: Result, kind: str) -> list[dict[str, Any]]:
     return [r for r in result.records if r.get("kind") == kind]
 
 
+@figure
 def plot_profile(result: Result) -> go.Figure:
     """The view that suits the tool: icicle, line bars, RSS ramp, sites, operators + timeline."""
     tool = result.config["tool"]

@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from hpclab.config import Config, param
+from hpclab.display import figure
 from hpclab.profiling.hardware import Sampler, burn, inventory
 from hpclab.profiling.patient import parse_faults, train
 from hpclab.progress import Progress
@@ -47,6 +48,7 @@ def run_watch(config: WatchConfig, progress: Progress) -> Result:
     return make_result("hardware-watch", config, records)
 
 
+@figure
 def plot_watch(result: Result) -> go.Figure:
     samples = [r for r in result.records if r["kind"] == "sample"]
     gpu = [r for r in samples if r["metric"] == "gpu"]

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 from hpclab.search.strategies import STRATEGIES, Searcher
@@ -199,6 +200,7 @@ def _lanes(recs: list[dict]) -> dict[int, str]:
     return out
 
 
+@figure
 def plot_search(result: Result) -> Any:
     """Left: best validation loss vs trials spent. Right: when each trial ran, per worker."""
     import plotly.graph_objects as go

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpclab.config import Config, param
+from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 
@@ -211,6 +212,7 @@ def reference_records() -> list[dict[str, Any]]:
     ]
 
 
+@figure
 def plot_lanes(result: Result):
     """GB/s one way by generation (a line per width), links and lecture figures beside it."""
     from plotly.subplots import make_subplots

@@ -22,6 +22,7 @@ import torch
 
 from hpclab.compute import device as dev
 from hpclab.config import Config, param
+from hpclab.display import figure
 from hpclab.dist.placement import DEVICES
 from hpclab.measure.timing import time_fn
 from hpclab.progress import Progress
@@ -190,6 +191,7 @@ def _mean(records: list[dict[str, Any]], op: str, mode: str) -> float:
     return sum(xs) / len(xs)
 
 
+@figure
 def plot_overlap(result: Result):
     """Timeline: a bar per copy (blue) and compute (orange), one row per loop."""
     import plotly.graph_objects as go
