@@ -130,3 +130,45 @@ def test_result_tables_show_three_digits_and_whole_numbers():
     assert "4194304" in text and "4194304.0" not in text
     html = frame[["name"]]._repr_html_()  # selections stay readable; no cell cut at 50
     assert "n" * 80 in html
+
+
+def test_the_leak_line_is_measured_and_a_hidden_leak_says_so():
+    from hpclab.profiling.memory_tool import leak_per_step_bytes
+    from hpclab.profiling.profile_experiment import _plot_rss
+
+    # The tiny MLP's monitoring pass keeps its hidden activations [256, 128] and the log-softmax
+    # [256, 10] in float32 per step (plus nll_loss's 4-byte total weight); parameters and the
+    # batch are not the leak.
+    assert leak_per_step_bytes(256) == 256 * (128 + 10) * 4 + 4
+    assert leak_per_step_bytes(512) - leak_per_step_bytes(256) == 256 * (128 + 10) * 4
+    rss = [{"seconds": t / 10, "rss_mib": 400 + (30 if t % 2 else 0)} for t in range(10)]
+    fig = _plot_rss(rss, {"mib_per_s": 0.0, "leak_mib": 5.0}, "leak")
+    assert list(fig.data[0].y)[:2] == [0, 30]  # growth since the first sample
+    assert (
+        list(fig.data[1].y) == [0, 5.0] and "less than RSS moves by itself" in fig.layout.title.text
+    )
+    big = _plot_rss(rss, {"mib_per_s": 0.0, "leak_mib": 500.0}, "leak")
+    assert "less than" not in big.layout.title.text  # a leak that shows needs no excuse
+
+
+def test_overlap_without_a_gpu_sizes_the_compute_and_says_what_was_modelled():
+    from hpclab.topology.overlap import plot_overlap
+
+    res = experiments.run("overlap", device="cpu", steps=2, batch_mib=1)
+    part = next(r for r in res.records if r.get("op") == "compute" and r.get("record") == "part")
+    assert part["n"] >= 32 and part["tier"] == "live"
+    title = plot_overlap(res).layout.title.text
+    assert "no GPU" in title and f"{part['n']}x{part['n']}" in title and "1 MiB at 12 GB/s" in title
+
+
+def test_the_search_figure_says_what_ran():
+    from hpclab.results import Result
+    from hpclab.search.search_experiment import what_ran
+
+    recs = [
+        {"backend": "array", "seconds": s, "startup_s": 2.0, "worker": None} for s in (0.1, 0.3)
+    ]
+    res = Result("search", {"epochs": 1, "samples": 300}, {}, recs)
+    line = what_ran(res)
+    assert line.startswith("2 trials (1 epoch on 300 samples) on array: each computed 0.20 s")
+    assert "took 2.00 s to start" in line

@@ -253,43 +253,32 @@ def plot_search(result: Result) -> Any:
     fig.update_xaxes(title_text="trials", row=1, col=1)
     fig.update_yaxes(title_text="validation loss", type="log", row=1, col=1)
     fig.update_xaxes(title_text="seconds since the search started", row=1, col=2)
-    fig.update_layout(height=380, barmode="overlay", legend={"orientation": "h", "y": -0.25})
+    fig.update_layout(
+        title=what_ran(result),
+        height=400,
+        barmode="overlay",
+        legend={"orientation": "h", "y": -0.25},
+    )
     return fig
 
 
-def three_ways(
-    trials: int | None = None, throttle: int = 2, workers: int = 2, **common: Any
-) -> list[Result]:
-    """The chapter's comparison, "one search, three ways": the same trials (same strategy and
-    seed) one after another, as a job array, as submitit's array (``throttle`` at once), and on
-    ``workers`` Celery workers inside one Slurm job; show it with :func:`backends_table`.
+def what_ran(result: Result) -> str:
+    """One measured line: the trials, how long one computed and what a fresh process cost (the
+    ratio the chapter's lesson is about)."""
+    import statistics
 
-    A backend that cannot run here is left out with one printed sentence (no Slurm: only the
-    sequential loop; no Redis or Celery: no Celery row). ``trials=None``: the config's default
-    (fewer in quick mode)."""
-    from hpclab import experiments
-    from hpclab.cluster import local
-    from hpclab.search.broker import broker_problem
+    from hpclab.display import plural
 
-    runs = [dict(backend="sequential")]
-    cluster = local.connect()
-    if cluster is None:
-        print(local.why_not())
-    else:
-        runs += [
-            dict(backend="array", throttle=throttle),
-            dict(backend="submitit", throttle=throttle),
-        ]
-        problem = broker_problem()
-        if problem:
-            print(problem)
-        elif cluster.local:
-            runs.append(dict(backend="celery", where="slurm", workers=workers))
-        else:
-            # A real cluster's nodes cannot reach this kernel's Redis socket: the workers start
-            # here, inside the allocation this kernel already runs in.
-            print("Celery workers start beside this kernel, inside its own allocation.")
-            runs.append(dict(backend="celery", where="local", workers=workers))
-    if trials is not None:
-        common["trials"] = trials
-    return [experiments.run("search", **common, **kw) for kw in runs]
+    recs = [r for r in result.records if r.get("seconds") is not None]
+    if not recs:
+        return ""
+    cfg = result.config
+    line = (
+        f"{plural(len(recs), 'trial')} ({plural(cfg.get('epochs', 1), 'epoch')} on "
+        f"{cfg.get('samples') or 'all'} samples) on {recs[0]['backend']}: each computed "
+        f"{statistics.median(r['seconds'] for r in recs):.2f} s"
+    )
+    ups = [r["startup_s"] for r in recs if r.get("startup_s")]
+    if ups:
+        line += f", a fresh process took {statistics.median(ups):.2f} s to start"
+    return line
