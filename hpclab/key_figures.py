@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import io
 import json
 import warnings
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ PNG = "image/png"
 PLOTLY = "application/vnd.plotly.v1+json"
 WIDTH, MAX_HEIGHT = 760, 480
 # One stored image (base64 characters): a few tens of KB, so ten chapters stay small.
-MAX_CHARS = 90_000
+MAX_CHARS = 60_000
 
 
 def is_key_figure(cell: Any) -> bool:
@@ -51,7 +52,20 @@ def render_png(spec: dict[str, Any]) -> bytes:
     height = min(int(fig.layout.height or 440), MAX_HEIGHT)
     with warnings.catch_warnings():  # plotly says its options go unused with one browser
         warnings.filterwarnings("ignore", message="The kopts argument is ignored")
-        return fig.to_image(format="png", width=WIDTH, height=height, scale=1)
+        png = fig.to_image(format="png", width=WIDTH, height=height, scale=1)
+    return _palette(png)
+
+
+def _palette(png: bytes, colors: int = 128) -> bytes:
+    """``png`` with at most ``colors`` colours (no dithering): a plot has few colours plus
+    anti-aliasing, and the file shrinks 4-5x with no visible change."""
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    small = image.quantize(colors, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    out = io.BytesIO()
+    small.save(out, format="PNG", optimize=True)
+    return out.getvalue()
 
 
 @contextlib.contextmanager

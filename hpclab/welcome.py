@@ -176,16 +176,15 @@ def node_figure(info: dict[str, Any] | None = None):
     from hpclab.measure.sysinfo import system_info
 
     info = info or system_info()
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("CPU cores", "memory (GB)", "GPUs"))
-    fig.add_bar(
-        x=["node", "usable (yours)"],
-        y=[info["cores_node"], info["cores_usable"]],
-        row=1,
-        col=1,
-        showlegend=False,
+    fig = make_subplots(
+        rows=1, cols=3, subplot_titles=("CPU cores", "memory (GB)", "GPU memory (GB)")
     )
+    cores = [info["cores_node"], info["cores_usable"]]
+    fig.add_bar(x=["node", "yours"], y=cores, row=1, col=1, showlegend=False)
+    # Whole cores: no 0.5 tick on the axis.
+    fig.update_yaxes(dtick=1 if max(cores) <= 8 else None, rangemode="tozero", row=1, col=1)
     fig.add_bar(
-        x=["total", "available", "/dev/shm"],
+        x=["total", "free", "/dev/shm"],
         y=[info["mem_total_gb"], info["mem_available_gb"], info["shm_gb"]],
         row=1,
         col=2,
@@ -199,6 +198,7 @@ def node_figure(info: dict[str, Any] | None = None):
         col=3,
         showlegend=False,
     )
+    fig.update_yaxes(rangemode="tozero", row=1, col=3)
     fig.update_layout(title=f"{info['host']}: {info['cpu_model']}", height=320)
     return fig
 

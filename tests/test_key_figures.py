@@ -65,7 +65,7 @@ def test_the_image_is_rendered_small_and_the_same_twice():
     assert key_figures.keep_images(nb) == []
     (out,) = nb.cells[0].outputs
     png = base64.b64decode(out["data"][key_figures.PNG])
-    assert png.startswith(b"\x89PNG") and len(out["data"][key_figures.PNG]) < 60_000
+    assert png.startswith(b"\x89PNG") and len(out["data"][key_figures.PNG]) < 20_000
     assert int.from_bytes(png[16:20], "big") == key_figures.WIDTH  # IHDR width
     assert "A lesson" in out["data"]["text/plain"] and "a note" not in out["data"]["text/plain"]
     assert nb.cells[1].outputs == nb.cells[0].outputs  # same figure, same bytes
