@@ -151,7 +151,8 @@ def shown_readably(frame: Any) -> Any:
 
 
 def _trace_key(trace: Any) -> str:
-    return str(trace.legendgroup or trace.name or "")
+    # Icicles, sunbursts and tables have no legend group (and some no name).
+    return str(getattr(trace, "legendgroup", None) or getattr(trace, "name", None) or "")
 
 
 def _explicit_color(trace: Any) -> bool:
@@ -162,13 +163,17 @@ def _explicit_color(trace: Any) -> bool:
     return False
 
 
+# Traces that draw one series in one colour (icicles, sunbursts, heatmaps colour by value).
+_SERIES_TYPES = ("scatter", "scattergl", "bar", "box", "histogram", "violin")
+
+
 def apply_series_colors(fig: Any) -> Any:
     """Colour every trace that has no colour of its own by its series name (legendgroup, else
     name): one series, one colour, in every subplot, the legend and every later run. Colours a
     plot chose on purpose (grey for reference, red for "above the roof") stay."""
     for trace in fig.data:
         key = _trace_key(trace)
-        if not key or _explicit_color(trace):
+        if trace.type not in _SERIES_TYPES or not key or _explicit_color(trace):
             continue
         color = series_color(key)
         if getattr(trace, "marker", None) is not None:

@@ -172,3 +172,19 @@ def test_the_search_figure_says_what_ran():
     line = what_ran(res)
     assert line.startswith("2 trials (1 epoch on 300 samples) on array: each computed 0.20 s")
     assert "took 2.00 s to start" in line
+
+
+def test_every_trace_kind_survives_the_figure_decorator():
+    import plotly.graph_objects as go
+
+    from hpclab.display import figure
+
+    traces = [
+        go.Icicle(labels=["a", "b"], parents=["", "a"]),
+        go.Sunburst(labels=["a", "b"], parents=["", "a"], name="s"),
+        go.Heatmap(z=[[1, 2]], name="h"),
+        go.Scatter(x=[1, 10, 100], y=[1, 2, 3], name="line"),
+    ]
+    for trace in traces:
+        fig = figure(lambda result, t=trace: go.Figure(t))(None)
+        assert len(fig.data) == 1
