@@ -25,7 +25,7 @@ import nbformat
 TAG = "key-figure"
 PNG = "image/png"
 PLOTLY = "application/vnd.plotly.v1+json"
-WIDTH, MAX_HEIGHT = 760, 480
+WIDTH, MAX_HEIGHT = 760, 760
 # One stored image (base64 characters): a few tens of KB, so ten chapters stay small.
 MAX_CHARS = 60_000
 
@@ -49,7 +49,7 @@ def render_png(spec: dict[str, Any]) -> bytes:
     import plotly.io as pio
 
     fig = pio.from_json(json.dumps(spec))
-    height = min(int(fig.layout.height or 440), MAX_HEIGHT)
+    height = min(int(fig.layout.height or 440), MAX_HEIGHT)  # the plot's own layout
     with warnings.catch_warnings():  # plotly says its options go unused with one browser
         warnings.filterwarnings("ignore", message="The kopts argument is ignored")
         png = fig.to_image(format="png", width=WIDTH, height=height, scale=1)
