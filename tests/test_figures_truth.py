@@ -70,9 +70,10 @@ def test_a_model_only_result_carries_no_load_note(monkeypatch):
     # A stored result from before (share attached to model rows) gets no note either.
     res.env["cpu_share"] = cpu_share.CpuShare(2, 1.0, 1.0, 1.0, None).to_dict()
     assert res.env["cpu_share"]["disturbed"] and load_note(res) == ""
-    # The real chapter-00 panel without its probe is model only.
+    # The real chapter-00 panel without its probe is model only; a topology holds no speed.
     peaks = experiments.run("hardware", probe_size=0)
     assert "cpu_share" not in peaks.env
+    assert "cpu_share" not in experiments.run("topology").env
 
 
 def test_a_share_never_exceeds_the_cores(monkeypatch):

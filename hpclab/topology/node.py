@@ -122,7 +122,7 @@ def run_topology(config: TopologyConfig, progress: Progress) -> Result:
     for p in pairs:
         records.append({"tier": tier, **extra, "record": "gpu_pair", **p})
     progress.update(2, 2, "done")
-    return make_result("topology", config, records)
+    return make_result("topology", config, records, timed=False)  # what hwloc read: no speed
 
 
 def topology_of(result: Result) -> hwloc.Topology:
