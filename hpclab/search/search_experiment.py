@@ -282,3 +282,41 @@ def what_ran(result: Result) -> str:
     if ups:
         line += f", a fresh process took {statistics.median(ups):.2f} s to start"
     return line
+
+
+def three_ways(
+    trials: int | None = None, throttle: int = 2, workers: int = 2, **common: Any
+) -> list[Result]:
+    """The chapter's comparison, "one search, three ways": the same trials (same strategy and
+    seed) one after another, as a job array, as submitit's array (``throttle`` at once), and on
+    ``workers`` Celery workers inside one Slurm job; show it with :func:`backends_table`.
+
+    A backend that cannot run here is left out with one printed sentence (no Slurm: only the
+    sequential loop; no Redis or Celery: no Celery row). ``trials=None``: the config's default
+    (fewer in quick mode)."""
+    from hpclab import experiments
+    from hpclab.cluster import local
+    from hpclab.search.broker import broker_problem
+
+    runs = [dict(backend="sequential")]
+    cluster = local.connect()
+    if cluster is None:
+        print(local.why_not())
+    else:
+        runs += [
+            dict(backend="array", throttle=throttle),
+            dict(backend="submitit", throttle=throttle),
+        ]
+        problem = broker_problem()
+        if problem:
+            print(problem)
+        elif cluster.local:
+            runs.append(dict(backend="celery", where="slurm", workers=workers))
+        else:
+            # A real cluster's nodes cannot reach this kernel's Redis socket: the workers start
+            # here, inside the allocation this kernel already runs in.
+            print("Celery workers start beside this kernel, inside its own allocation.")
+            runs.append(dict(backend="celery", where="local", workers=workers))
+    if trials is not None:
+        common["trials"] = trials
+    return [experiments.run("search", **common, **kw) for kw in runs]
