@@ -16,6 +16,7 @@ import base64
 import contextlib
 import io
 import json
+import re
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -85,15 +86,18 @@ def _one_browser() -> Iterator[None]:
 
 
 def image_output(png: bytes, title: str) -> dict[str, Any]:
-    alt = f"[figure: {title}] (a stored image: run the cell for the live figure)"
+    name = "[figure]" if title == "figure" else f"[figure: {title}]"
+    alt = f"{name} (a stored image: run the cell for the live figure)"
     data = {PNG: base64.b64encode(png).decode("ascii"), "text/plain": alt}
     return nbformat.v4.new_output("display_data", data=data)
 
 
 def _title(spec: dict[str, Any]) -> str:
+    """The title's first line as plain text (not the red load note under it)."""
     title = (spec.get("layout") or {}).get("title") or {}
     text = title.get("text", "") if isinstance(title, dict) else str(title)
-    return text.split("<br>")[0] or "figure"
+    lines = [re.sub(r"<[^>]+>", "", t) for t in text.split("<br>") if "#b42318" not in t]
+    return next((t.strip() for t in lines if t.strip()), "figure")
 
 
 def keep_images(nb: Any, before: Any | None = None) -> list[str]:

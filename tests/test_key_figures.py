@@ -68,4 +68,6 @@ def test_the_image_is_rendered_small_and_the_same_twice():
     assert png.startswith(b"\x89PNG") and len(out["data"][key_figures.PNG]) < 20_000
     assert int.from_bytes(png[16:20], "big") == key_figures.WIDTH  # IHDR width
     assert "A lesson" in out["data"]["text/plain"] and "a note" not in out["data"]["text/plain"]
+    note_only = {"layout": {"title": {"text": '<span style="color:#b42318">you got 0.1</span>'}}}
+    assert key_figures._title(note_only) == "figure"  # the load note is no title
     assert nb.cells[1].outputs == nb.cells[0].outputs  # same figure, same bytes
