@@ -279,7 +279,15 @@ def note_on(fig: Any, text: str) -> Any:
         title = fig.layout.title.text or ""
         red = f'<span style="color:#b42318;font-size:12px">{text}</span>'
         fig.update_layout(title_text=f"{title}<br>{red}" if title else red)
-        fig.update_layout(margin={"t": max(fig.layout.margin.t or 0, 110)})
+    return _room_for_title(fig)
+
+
+def _room_for_title(fig: Any) -> Any:
+    """A top margin that holds every line of the title (a note under it included)."""
+    title = fig.layout.title.text or ""
+    if title:
+        lines = title.count("<br>") + 1
+        fig.update_layout(margin={"t": max(fig.layout.margin.t or 0, 60 + 22 * lines)})
     return fig
 
 

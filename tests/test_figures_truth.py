@@ -189,3 +189,16 @@ def test_every_trace_kind_survives_the_figure_decorator():
     for trace in traces:
         fig = figure(lambda result, t=trace: go.Figure(t))(None)
         assert len(fig.data) == 1
+
+
+def test_the_title_and_its_notes_get_room_above_the_plot():
+    import plotly.graph_objects as go
+
+    from hpclab.display import note_on
+
+    fig = go.Figure(go.Scatter(y=[1, 2]))
+    fig.update_layout(
+        title="a lesson<br><sup>why it does not show</sup><br><sup>and on a GPU</sup>"
+    )
+    note_on(fig, "you got 0.2 of 2 cores")
+    assert fig.layout.margin.t >= 60 + 22 * 4  # four lines of title

@@ -88,7 +88,12 @@ def plot_watch(result: Result) -> go.Figure:
     note = next((r["note"] for r in result.records if r["kind"] == "note"), "")
     fig.update_layout(
         height=520 if gpu else 420,
-        title=f"While the patient trains (fault={result.config['fault']}). {note}",
+        title=f"While the patient trains (fault={result.config['fault']})"
+        + (f"<br><sup>{note}</sup>" if note else ""),
     )
     fig.update_xaxes(title_text="seconds", row=3 if gpu else 2, col=1)
+    # Percent of a core from 0 to 100 (busy cores do not hide behind each other on a 99-101
+    # axis); memory from 0, so a flat line reads as flat.
+    fig.update_yaxes(range=[0, 105], row=1, col=1)
+    fig.update_yaxes(rangemode="tozero", row=2, col=1)
     return fig
