@@ -125,7 +125,11 @@ def test_run_ddp_records_and_efficiency():
     assert two["comm_s"] == pytest.approx(max(0.0, two["step_s"] - two["compute_s"]))
     assert two["params_max_diff"] == 0.0 and two["backend"] == "gloo"
     assert two["allreduce_s"] > 0 and two["startup_s"] > 0
-    assert model[0]["step_s"] == pytest.approx(two["compute_s"] + two["allreduce_s"])
+    # The model shares out (here: repeats, weak scaling) the one-rank step and adds the
+    # all-reduce: no overlap, so its efficiency stays below 1 however noisy the timings.
+    share = two["per_rank_batch"] / one["per_rank_batch"]
+    assert model[0]["step_s"] == pytest.approx(one["step_s"] * share + two["allreduce_s"])
+    assert 0 < model[0]["efficiency"] < 1
 
 
 def test_ddp_plot_shows_live_model_and_guan2019_reference():

@@ -186,6 +186,7 @@ def test_work_in_slurm_jobs_gets_no_cpu_share_and_no_disturbed_note(monkeypatch)
 
     monkeypatch.setattr(cpu_share, "DISTURBED_CORES", -1.0)  # any measured run is disturbed
     monkeypatch.setattr(cpu_share, "WAITED_CORES", -1.0)
+    monkeypatch.setattr(cpu_share, "MIN_WALL_S", 0.0)  # and an instant run is judged
     cfg = HardwareConfig.create()
     here = run_config(_experiment(lambda c, p: make_result("probe", c, [{"x": 1}])), cfg)
     assert here.env["cpu_share"]["disturbed"] and load_note(here)

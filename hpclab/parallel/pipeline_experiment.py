@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure
 from hpclab.dist import RankContext, launch
 from hpclab.parallel.pipeline import (
     SCHEDULES,
@@ -211,6 +212,7 @@ def run_pipeline(config: PipelineConfig, progress: Progress) -> Result:
     return make_result("pipeline", config, records)
 
 
+@figure
 def plot_pipeline(result: Result):
     """Per-rank timeline of each schedule's fastest step: forward, backward, and the gaps."""
     from plotly.subplots import make_subplots

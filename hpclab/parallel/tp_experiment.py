@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure
 from hpclab.dist import RankContext, launch
 from hpclab.measure.timing import time_fn
 from hpclab.parallel.tensor_parallel import ColumnParallelLinear, CommTally, RowParallelLinear
@@ -180,6 +181,7 @@ def run_tensor_parallel(config: TensorParallelConfig, progress: Progress) -> Res
     return make_result("tensor-parallel", config, records)
 
 
+@figure
 def plot_tensor_parallel(result: Result):
     """Bytes each rank sends per step (model lines, measured markers) and time, vs batch."""
     from plotly.subplots import make_subplots

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 from hpclab.search.strategies import STRATEGIES, Searcher
@@ -199,6 +200,7 @@ def _lanes(recs: list[dict]) -> dict[int, str]:
     return out
 
 
+@figure
 def plot_search(result: Result) -> Any:
     """Left: best validation loss vs trials spent. Right: when each trial ran, per worker."""
     import plotly.graph_objects as go
@@ -251,8 +253,35 @@ def plot_search(result: Result) -> Any:
     fig.update_xaxes(title_text="trials", row=1, col=1)
     fig.update_yaxes(title_text="validation loss", type="log", row=1, col=1)
     fig.update_xaxes(title_text="seconds since the search started", row=1, col=2)
-    fig.update_layout(height=380, barmode="overlay", legend={"orientation": "h", "y": -0.25})
+    fig.update_layout(
+        title=what_ran(result),
+        height=400,
+        barmode="overlay",
+        legend={"orientation": "h", "y": -0.25},
+    )
     return fig
+
+
+def what_ran(result: Result) -> str:
+    """One measured line: the trials, how long one computed and what a fresh process cost (the
+    ratio the chapter's lesson is about)."""
+    import statistics
+
+    from hpclab.display import plural
+
+    recs = [r for r in result.records if r.get("seconds") is not None]
+    if not recs:
+        return ""
+    cfg = result.config
+    line = (
+        f"{plural(len(recs), 'trial')} ({plural(cfg.get('epochs', 1), 'epoch')} on "
+        f"{cfg.get('samples') or 'all'} samples) on {recs[0]['backend']}: each computed "
+        f"{statistics.median(r['seconds'] for r in recs):.2f} s"
+    )
+    ups = [r["startup_s"] for r in recs if r.get("startup_s")]
+    if ups:
+        line += f", a fresh process took {statistics.median(ups):.2f} s to start"
+    return line
 
 
 def three_ways(

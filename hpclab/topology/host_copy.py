@@ -17,6 +17,7 @@ import torch
 
 from hpclab.compute import device as dev
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure
 from hpclab.dist.placement import DEVICES, place
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
@@ -178,6 +179,7 @@ def run_host_copy(config: HostCopyConfig, progress: Progress) -> Result:
     return make_result("host-copy", config, records)
 
 
+@figure
 def plot_host_copy(result: Result):
     """GB/s vs copy size, one line per memory kind x direction x threads; references dashed."""
     import plotly.graph_objects as go

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpclab.config import Config, param
+from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 
@@ -215,6 +216,7 @@ def reference_records() -> list[dict[str, Any]]:
     ]
 
 
+@figure
 def plot_lanes(result: Result):
     """GB/s one way by generation (a line per width), links and lecture figures beside it."""
     from plotly.subplots import make_subplots
