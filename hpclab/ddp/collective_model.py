@@ -130,3 +130,68 @@ def winners(
             t = {a: model_s(a, m, n, alpha_s, bandwidth_bps) for a in ("ring", "tree", "doubling")}
             out.append({"ranks": n, "bytes": m, "winner": min(t, key=t.get), **t})
     return out
+
+
+def fit_table(result: Any) -> Any:
+    """Per algorithm: the fitted alpha and bandwidth, and the held-out errors (median, max)."""
+    import pandas as pd
+
+    from hpclab.display import readable
+
+    live = [r for r in result.records if r.get("tier") == "live" and "model_seconds" in r]
+    errors = held_out_errors(live)
+    rows = []
+    for algorithm in dict.fromkeys(r["algorithm"] for r in live):
+        r = next(x for x in live if x["algorithm"] == algorithm)
+        e = errors.get(algorithm, [float("nan")])
+        steps, factor = terms(algorithm, r["ranks"])
+        rows.append(
+            {
+                "algorithm": algorithm,
+                "ranks": r["ranks"],
+                "steps": steps,
+                "bytes_factor": factor,
+                "alpha_us": r["alpha_s"] * 1e6,
+                "bandwidth_gbps": r["bandwidth_gbps"],
+                "heldout_median_err": statistics.median(e),
+                "heldout_max_err": max(e),
+            }
+        )
+    return readable(pd.DataFrame(rows))
+
+
+def plot_winners(alpha_s: float, bandwidth_bps: float, max_ranks: int = 1024) -> Any:
+    """The model's fastest algorithm for each message size and rank count (a map), for one
+    link's alpha and bandwidth."""
+    import plotly.graph_objects as go
+
+    sizes = [4 * 4**k for k in range(15)]  # 4 B .. 1 GiB
+    ranks = [2**k for k in range(1, int(math.log2(max_ranks)) + 1)]
+    names = ["ring", "tree", "doubling"]
+    table = winners(alpha_s, bandwidth_bps, sizes, ranks)
+    z = [[names.index(r["winner"]) for r in table if r["ranks"] == n] for n in ranks]
+    text = [[r["winner"] for r in table if r["ranks"] == n] for n in ranks]
+    fig = go.Figure(
+        go.Heatmap(
+            x=[f"{m:.0e}" for m in sizes],
+            y=[str(n) for n in ranks],
+            z=z,
+            text=text,
+            texttemplate="%{text}",
+            zmin=0,
+            zmax=2,
+            colorscale=[[0, "#4C78A8"], [0.5, "#F58518"], [1, "#54A24B"]],
+            showscale=False,
+            hovertemplate="%{y} ranks, %{x} bytes: %{text}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title=(
+            f"Fastest by the model (alpha {alpha_s * 1e6:.0f} us, {bandwidth_bps / 1e9:.2f} GB/s;"
+            " Thakur et al. 2005)"
+        ),
+        xaxis_title="message bytes",
+        yaxis_title="ranks",
+        height=420,
+    )
+    return fig
