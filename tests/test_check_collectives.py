@@ -48,3 +48,19 @@ def test_doubling_cost_wants_a_function():
 
     r = collectives.doubling_cost(broken)
     assert not r.passed and "TypeError" in r.message
+
+
+def test_hang_culprit_accepts_the_planted_rank_and_rejects_the_reporter(no_orphans):
+    # ~1 s: two 4-rank runs that fail at once
+    from hpclab import experiments
+
+    res = experiments.run("hang", fault="shape", ranks=4, bad_rank=-1)
+    culprit = res.records[0]["culprit"]
+    assert 0 <= culprit < 4 and all(r["culprit"] == culprit for r in res.records)
+    assert collectives.hang_culprit(culprit, res).passed
+    for wrong in {0, 1, 2, 3} - {culprit}:
+        r = collectives.hang_culprit(wrong, res)
+        assert not r.passed and "TensorShape" in r.message
+    r = collectives.hang_culprit(7, res)
+    assert not r.passed and "0..3" in r.message
+    assert not collectives.hang_culprit("2", res).passed

@@ -86,3 +86,32 @@ def doubling_cost(fn: Any) -> CheckResult:
         f"for {m} bytes on {n} ranks (alpha {a:g} s, B {b:g} bytes/s) you return {got[k]:.4g} s; "
         f"expected {want[k]:.4g} s"
     )
+
+
+@exercise_check
+def hang_culprit(answer: Any, result: Any) -> CheckResult:
+    """``answer``: the rank with the planted fault in ``result`` (an ``hpclab run hang`` result),
+    found by reading its messages."""
+    if isinstance(answer, bool) or not isinstance(answer, int):
+        return failed(f"my_culprit should be a rank number (an int), not {answer!r}")
+    recs = result.records
+    culprit = recs[0]["culprit"]
+    ranks = recs[0]["ranks"]
+    if answer == culprit:
+        return passed(
+            "that is the rank whose tensor shape differs from the others' "
+            "(TORCH_DISTRIBUTED_DEBUG=DETAIL lists each rank's TensorShape)."
+        )
+    if not 0 <= answer < ranks:
+        return failed(f"rank {answer} is not in this run: its ranks are 0..{ranks - 1}")
+    plain = next((r for r in recs if r["tool"] == "timeout only"), None)
+    if plain is not None and answer == plain["named_rank"]:
+        return failed(
+            f"rank {answer} is the rank whose failure the plain run reported first: the one "
+            "that noticed the mismatch, not necessarily the one that caused it. Read the "
+            "DETAIL message: which rank's TensorShape is not the others'?"
+        )
+    return failed(
+        f"rank {answer} called the collective like most ranks; look for the TensorShape that "
+        "differs in the DETAIL message"
+    )

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import random
 import re
 import time
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ class HangConfig(Config):
         help="skip: a rank misses a collective; shape: a rank passes another tensor shape",
     )
     ranks: int = param(2, min=2, max=8, help="gloo ranks")
-    bad_rank: int = param(1, min=0, max=7, help="the rank with the planted fault")
+    bad_rank: int = param(1, min=-1, max=7, help="the rank with the planted fault (-1: at random)")
     timeout_s: float = param(2.0, min=0.5, max=60.0, help="process-group timeout (seconds)")
 
     def check(self) -> None:
@@ -115,6 +116,7 @@ def _detail_debug(on: bool) -> Any:
 
 
 def run_hang(config: HangConfig, progress: Progress) -> Result:
+    bad = random.randrange(config.ranks) if config.bad_rank < 0 else config.bad_rank
     records = []
     for i, tool in enumerate(("timeout only", TOOLS[config.fault])):
         progress.update(i, 2, tool)
@@ -124,7 +126,7 @@ def run_hang(config: HangConfig, progress: Progress) -> Result:
             launch(
                 planted_worker,
                 config.ranks,
-                args=(config.fault, config.bad_rank, tool == "monitored_barrier", config.timeout_s),
+                args=(config.fault, bad, tool == "monitored_barrier", config.timeout_s),
                 device="cpu",
                 timeout_s=config.timeout_s,
                 deadline_s=10 * config.timeout_s + 30,
@@ -140,9 +142,9 @@ def run_hang(config: HangConfig, progress: Progress) -> Result:
                 "fault": config.fault,
                 "tool": tool,
                 "ranks": config.ranks,
-                "culprit": config.bad_rank,
+                "culprit": bad,
                 "named_rank": named,
-                "found": named == config.bad_rank,
+                "found": named == bad,
                 "seconds": time.perf_counter() - t0,
                 "message": message,
             }
