@@ -4,5 +4,8 @@ Modules: :mod:`~hpclab.ddp.worker` (what each rank does), :mod:`~hpclab.ddp.ddp_
 ``ddp``), :mod:`~hpclab.ddp.allreduce` (``allreduce``: algbw/busbw + alpha-beta fit),
 :mod:`~hpclab.ddp.ring` (``ring-allreduce``: send/recv ring vs ``dist.all_reduce``),
 :mod:`~hpclab.ddp.buckets` (``ddp-buckets``: tensor fusion), :mod:`~hpclab.ddp.cost_model` and
-:mod:`~hpclab.ddp.scaling` (``scaling-model``), :mod:`~hpclab.ddp.plots`.
+:mod:`~hpclab.ddp.scaling` (``scaling-model``), :mod:`~hpclab.ddp.plots`;
+:mod:`~hpclab.ddp.collectives` (tree and recursive doubling beside the ring, ``allreduce
+--algorithm``) with :mod:`~hpclab.ddp.collective_model` (their alpha-beta costs), and
+:mod:`~hpclab.ddp.hang` (``hang``: a planted collective fault and the tool that names the rank).
 """

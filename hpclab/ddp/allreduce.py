@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from hpclab.config import Config, ConfigError, param
+from hpclab.ddp.collective_model import ALGORITHM_NAMES, add_model
 from hpclab.display import readable
 from hpclab.dist import RankContext, launch, place
 from hpclab.dist.placement import DEVICES
@@ -65,8 +66,15 @@ class AllreduceConfig(Config):
     device: str = param(
         "auto", choices=DEVICES, help="auto: one GPU per rank (NCCL) if there are enough, else CPU"
     )
+    algorithm: tuple = param(
+        ("builtin",),
+        choices=ALGORITHM_NAMES,
+        help="builtin: dist.all_reduce; ring, tree, doubling: send/recv (hpclab.ddp.collectives)",
+    )
 
     def check(self) -> None:
+        if isinstance(self.algorithm, str):  # algorithm="tree" means ("tree",)
+            object.__setattr__(self, "algorithm", (self.algorithm,))
         if self.min_bytes > self.max_bytes:
             raise ConfigError(
                 f"min_bytes={self.min_bytes} exceeds max_bytes={self.max_bytes}; "
@@ -74,12 +82,16 @@ class AllreduceConfig(Config):
             )
 
 
-def allreduce_worker(ctx: RankContext, sizes: tuple[int, ...], repeat: int) -> list[dict]:
-    """Time ``dist.all_reduce`` (sum, fp32) for each size; check the sum once before timing."""
-    import torch.distributed as dist
-
+def allreduce_worker(
+    ctx: RankContext,
+    sizes: tuple[int, ...],
+    repeat: int,
+    algorithms: tuple[str, ...] = ("builtin",),
+) -> list[dict]:
+    """Time ``dist.all_reduce`` (sum, fp32), or the send/recv ``algorithms`` of
+    :mod:`hpclab.ddp.collectives` interleaved size by size; check the sum once before timing."""
     out = []
-    for i, nbytes in enumerate(sizes):
+    for i, (nbytes, algorithm) in enumerate((s, a) for s in sizes for a in algorithms):
         buf = torch.full((nbytes // 4,), float(ctx.rank + 1), device=ctx.device)
         want = ctx.world_size * (ctx.world_size + 1) / 2  # 1 + 2 + ... + n
 
@@ -88,8 +100,10 @@ def allreduce_worker(ctx: RankContext, sizes: tuple[int, ...], repeat: int) -> l
                 raise AssertionError(f"all_reduce gave {buf[:4].tolist()}, expected {want}")
             buf.zero_()  # zeros stay zeros: later calls cannot overflow
 
-        def call(buf: torch.Tensor = buf) -> None:
-            dist.all_reduce(buf)
+        fn = _allreduce_fn(algorithm, ctx)
+
+        def call(buf: torch.Tensor = buf, fn: Any = fn) -> None:
+            fn(buf)
 
         # No max_time_s cut-off: every rank must issue the same number of collectives.
         t = time_fn(
@@ -101,38 +115,58 @@ def allreduce_worker(ctx: RankContext, sizes: tuple[int, ...], repeat: int) -> l
             check=check,
             max_time_s=float("inf"),
         )
-        out.append({"bytes": nbytes, **t.summary()})
-        ctx.progress(i + 1, len(sizes), f"{nbytes} bytes")
+        out.append({"bytes": nbytes, "algorithm": algorithm, **t.summary()})
+        ctx.progress(i + 1, len(sizes) * len(algorithms), f"{algorithm}, {nbytes} bytes")
     return out
 
 
+def _allreduce_fn(algorithm: str, ctx: RankContext) -> Any:
+    """``fn(buf)`` summing ``buf`` over the ranks with ``algorithm``."""
+    import torch.distributed as dist
+
+    if algorithm == "builtin":
+        return dist.all_reduce
+    from hpclab.ddp.collectives import ALGORITHMS
+
+    impl = ALGORITHMS[algorithm]
+    return lambda buf: impl(buf, ctx.rank, ctx.world_size)
+
+
 def measure(
-    ranks: int, sizes: tuple[int, ...], repeat: int, device: str, progress: Progress | None = None
+    ranks: int,
+    sizes: tuple[int, ...],
+    repeat: int,
+    device: str,
+    progress: Progress | None = None,
+    algorithms: tuple[str, ...] = ("builtin",),
 ) -> list[dict[str, Any]]:
-    """Live records: per size the slowest rank's median time, algbw and busbw."""
+    """Live records: per size and algorithm the slowest rank's median time, algbw and busbw."""
     from hpclab.ddp.ddp_experiment import preload
 
     preload()
     outs = launch(
         allreduce_worker,
         ranks,
-        args=(sizes, repeat),
+        args=(sizes, repeat, algorithms),
         device=device,
         progress=progress,
         deadline_s=600.0,
     )
     backend = place(ranks, device).backend
     records = []
-    for j, nbytes in enumerate(sizes):
+    for j, row in enumerate(outs[0]):
+        nbytes, algorithm = row["bytes"], row["algorithm"]
         t = max(o[j]["seconds"] for o in outs)  # a collective ends when its slowest rank does
         records.append(
             {
                 "tier": "live",
-                "impl": "dist.all_reduce",
+                "impl": "dist.all_reduce" if algorithm == "builtin" else f"{algorithm} (send/recv)",
+                "algorithm": algorithm,
                 "backend": backend,
                 "ranks": ranks,
                 "bytes": nbytes,
                 "time_s": t,
+                "seconds": t,
                 "time_s_iqr": outs[0][j]["seconds_iqr"],
                 "algbw_gbps": algbw_gbps(nbytes, t),
                 "busbw_gbps": busbw_gbps(nbytes, t, ranks),
@@ -170,9 +204,13 @@ def run_allreduce(config: AllreduceConfig, progress: Progress) -> Result:
     progress.update(0, 1, where.note)
     device = where.device
     sizes = message_sizes(config.min_bytes, config.max_bytes)
-    records = measure(config.ranks, sizes, config.repeat, device, progress)
-    if len(sizes) >= 2:
-        records += fit_records(records, config.ranks, records[0]["backend"])
+    live = measure(config.ranks, sizes, config.repeat, device, progress, config.algorithm)
+    records = list(live)
+    builtin = [r for r in live if r["algorithm"] == "builtin"]
+    if len(sizes) >= 2 and builtin:  # first: the fit chapter 06's scaling model reads
+        records += fit_records(builtin, config.ranks, builtin[0]["backend"])
+    # Every live record gets model_seconds from its algorithm's fit on the other sizes.
+    records += [r for r in add_model(live) if r["algorithm"] != "builtin"]
     return make_result("allreduce", config, records)
 
 

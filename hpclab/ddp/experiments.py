@@ -5,6 +5,7 @@ from __future__ import annotations
 from hpclab.ddp.allreduce import AllreduceConfig, run_allreduce
 from hpclab.ddp.buckets import BucketConfig, plot_buckets, run_buckets
 from hpclab.ddp.ddp_experiment import DDPConfig, run_ddp
+from hpclab.ddp.hang import HangConfig, plot_hang, run_hang
 from hpclab.ddp.plots import plot_allreduce, plot_ddp
 from hpclab.ddp.ring import RingConfig, run_ring
 from hpclab.ddp.scaling import ScalingModelConfig, plot_scaling_model, run_scaling_model
@@ -50,5 +51,13 @@ EXPERIMENTS = [
         ScalingModelConfig,
         run_scaling_model,
         plot_scaling_model,
+    ),
+    Experiment(
+        "hang",
+        "06",
+        "a planted collective fault (skip | shape) on gloo ranks: which tool names the rank",
+        HangConfig,
+        run_hang,
+        plot_hang,
     ),
 ]

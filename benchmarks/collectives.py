@@ -1,0 +1,109 @@
+"""Benchmark: hand-written ring, tree and recursive-doubling all-reduce vs gloo's own (chapter 06).
+
+One run of ``hpclab run allreduce --algorithm builtin,ring,tree,doubling`` (the experiment's own
+code path) on 2 gloo ranks, 256 B to 16 MiB, the algorithms interleaved size by size in one
+process group so that a slow spell of the machine hits them all alike. Two goals:
+
+- the alpha-beta model of each algorithm (:mod:`hpclab.ddp.collective_model`), fitted on every
+  other size, predicts the held-out sizes: median |model - measured| / measured <= 15%;
+- each hand-written algorithm within 1.5x of gloo's ``dist.all_reduce`` at 16 MiB: measured
+  apart from the sweep, call by call in alternation (a barrier before each call, the slowest
+  rank's time), and the median of the per-round ratios taken, as benchmarks/allreduce.py does:
+  on a busy 2-core machine two sweeps a second apart can differ by 3x.
+
+Usage: python benchmarks/collectives.py   (no arguments, ~1-2 minutes on 2 cores)
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import torch
+
+from hpclab import experiments
+from hpclab.ddp.collective_model import held_out_errors, median_errors
+from hpclab.ddp.collectives import ALGORITHMS as HAND_WRITTEN
+from hpclab.dist import RankContext, launch
+
+BIG = 16 * 2**20
+ALGORITHMS = ("builtin", "ring", "tree", "doubling")
+ROUNDS = 15
+
+
+def paired_rounds(ctx: RankContext, nbytes: int, rounds: int) -> dict[str, list[float]]:
+    """Per round, each algorithm once in turn: this rank's seconds per call."""
+    import torch.distributed as dist
+
+    x = torch.zeros(nbytes // 4)
+    fns = {"builtin": dist.all_reduce}
+    fns.update(
+        {a: (lambda t, f=f: f(t, ctx.rank, ctx.world_size)) for a, f in HAND_WRITTEN.items()}
+    )
+    out: dict[str, list[float]] = {a: [] for a in ALGORITHMS}
+    for r in range(rounds + 1):  # round 0 warms up
+        for a in ALGORITHMS:
+            dist.barrier()
+            t0 = time.perf_counter()
+            fns[a](x)
+            if r:
+                out[a].append(time.perf_counter() - t0)
+    return out
+
+
+def main() -> int:
+    try:
+        res = experiments.run(
+            "allreduce",
+            ranks=2,
+            min_bytes=256,
+            max_bytes=BIG,
+            repeat=9,
+            device="cpu",
+            algorithm=ALGORITHMS,
+        )
+        paired = launch(paired_rounds, 2, args=(BIG, ROUNDS), device="cpu")
+    except Exception as err:  # noqa: BLE001
+        print(f"collectives: could not measure: {err}")
+        return 1
+    live = [r for r in res.records if r["tier"] == "live"]
+    print("2 gloo ranks; seconds per all-reduce (model fitted on the sizes marked *)")
+    print(f"{'bytes':>10} " + " ".join(f"{a:>18}" for a in ALGORITHMS))
+    for m in sorted({r["bytes"] for r in live}):
+        row = {r["algorithm"]: r for r in live if r["bytes"] == m}
+        cells = []
+        for a in ALGORITHMS:
+            r = row[a]
+            mark = " " if r.get("held_out") else "*"
+            cells.append(f"{r['seconds'] * 1e3:8.3f}/{r['model_seconds'] * 1e3:8.3f}{mark}")
+        print(f"{m:>10} " + " ".join(cells) + "   (ms measured/model)")
+    errors, spread = median_errors(live), held_out_errors(live)
+    slowest = {a: [max(o[a][i] for o in paired) for i in range(ROUNDS)] for a in ALGORITHMS}
+    for a in ALGORITHMS[1:]:
+        r = next(x for x in live if x["algorithm"] == a)
+        print(
+            f"{a}: alpha {r['alpha_s'] * 1e6:.1f} us, bandwidth {r['bandwidth_gbps']:.2f} GB/s, "
+            f"held-out errors {', '.join(f'{e:.0%}' for e in spread[a])}"
+        )
+    for a in ALGORITHMS[1:]:
+        e = errors[a]
+        print(f"collectives: {a}_heldout_median_error={e:.3f} goal<=0.15 {_verdict(e <= 0.15)}")
+    print(
+        f"16 MiB, {ROUNDS} alternating rounds, median ms: "
+        + ", ".join(f"{a} {statistics.median(slowest[a]) * 1e3:.1f}" for a in ALGORITHMS)
+    )
+    for a in ALGORITHMS[1:]:
+        ratio = statistics.median(
+            x / b for x, b in zip(slowest[a], slowest["builtin"], strict=True)
+        )
+        print(f"collectives: {a}_vs_gloo_16MiB={ratio:.2f} goal<=1.5 {_verdict(ratio <= 1.5)}")
+    return 0
+
+
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
