@@ -29,7 +29,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
+# The bound on a whole chapter (Run All, then a reload): generous, as Run All's wait follows
+# progress and a loaded machine runs a chapter several times slower than a quiet one.
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO = Path(__file__).with_name("demo_widget.ipynb")
@@ -38,7 +40,7 @@ if not NOTEBOOK.is_absolute():
     NOTEBOOK = REPO_ROOT / NOTEBOOK
 
 KERNEL_IDLE_TIMEOUT_S = 90
-RUN_ALL_TIMEOUT_S = 240
+CELL_STALL_TIMEOUT_S = 240  # Run All fails when no cell finishes within this (a hang)
 PLOT_CHANGE_TIMEOUT_S = 20
 RELOAD_DRAW_TIMEOUT_S = 60
 SCREENSHOTS = os.environ.get("HPCLAB_SCREENSHOTS")
@@ -135,18 +137,26 @@ def _run_all(page, attempts: int = 3, start_timeout_s: float = 15) -> None:
     raise AssertionError(f"Run All Cells started no cell ({attempts} attempts)")
 
 
-def _wait_all_executed(page, timeout_s: float) -> list[str]:
-    deadline = time.monotonic() + timeout_s
+def _wait_all_executed(page, stall_s: float) -> list[str]:
+    """Wait while Run All makes progress: fail only when no further cell finished within
+    ``stall_s`` (a cell that hangs), however long the whole notebook takes on a loaded machine
+    (the test's own timeout bounds the total)."""
     prompts: list[str] = []
-    while time.monotonic() < deadline:
+    finished, since = -1, time.monotonic()
+    while time.monotonic() - since < stall_s:
         errors = _error_outputs(page)
         assert not errors, "a cell raised:\n" + "\n---\n".join(errors)
         prompts = page.evaluate(JS_PROMPTS)
-        done = prompts and all(re.fullmatch(r"\[\d+\]:", p) for p in prompts)
-        if done and page.evaluate(JS_KERNEL_IDLE):
+        ran = sum(bool(re.fullmatch(r"\[\d+\]:", p)) for p in prompts)
+        if prompts and ran == len(prompts) and page.evaluate(JS_KERNEL_IDLE):
             return prompts
+        if ran > finished:
+            finished, since = ran, time.monotonic()
         page.wait_for_timeout(500)
-    raise AssertionError(f"not every cell ran within {timeout_s:.0f} s; prompts: {prompts}")
+    raise AssertionError(
+        f"no cell finished within {stall_s:.0f} s (cell {finished + 1} of {len(prompts)} still "
+        f"running or not started); prompts: {prompts}"
+    )
 
 
 def _change_control(page) -> str:
@@ -264,7 +274,7 @@ def _open_run_all_and_check(page, server, rel: str, timings: dict, t0: float) ->
     _wait_kernel_idle(page, KERNEL_IDLE_TIMEOUT_S)
     timings["lab_ready_s"] = time.monotonic() - t0
     _run_all(page)
-    prompts = _wait_all_executed(page, RUN_ALL_TIMEOUT_S)
+    prompts = _wait_all_executed(page, CELL_STALL_TIMEOUT_S)
     timings["run_all_s"] = time.monotonic() - t0
     errors = _error_outputs(page)
     assert not errors, "an output shows an error:\n" + "\n---\n".join(errors)
