@@ -240,6 +240,27 @@ def _wait_live_figures(page, expected: int, timeout_s: float) -> tuple[int, int]
     return got
 
 
+def _reload_and_wait_drawn(page, rel: str, drawn: int) -> tuple[int, int]:
+    """Save, reload, and wait until ``drawn`` live figures draw again; returns what
+    :func:`_live_figures_drawn` says then.
+
+    On a loaded machine JupyterLab's widget manager at times loses one widget while restoring
+    them from the kernel after a reload (chapter 06, in CI and in one of four runs beside
+    other work): its output said "Error displaying widget: model not found"
+    though the kernel held the widget and answered the manager's ``request_states`` with every
+    model (checked with a kernel client: all 73 of chapter 06's in 0.07 s). That loss is the
+    page's, not the kernel's; a student's remedy is another reload, and only with that message
+    on the page the test reloads once more. A figure that does not draw again for any other
+    reason, or twice, fails."""
+    _save_and_reload(page, rel)
+    got = _wait_live_figures(page, drawn, RELOAD_DRAW_TIMEOUT_S)
+    if got[1] < drawn and page.get_by_text("Error displaying widget: model not found").count():
+        print(f"{rel}: a widget model was lost by the page's restore; reloading once more")
+        _save_and_reload(page, rel)
+        got = _wait_live_figures(page, drawn, RELOAD_DRAW_TIMEOUT_S)
+    return got
+
+
 def _screenshot(page, name: str) -> None:
     """For review: the page, then every output holding a plot, a widget or a table."""
     if not SCREENSHOTS:
@@ -325,8 +346,7 @@ def test_run_all_and_interact(
 
         # a browser reload with the kernel alive: every live figure draws again, still live
         areas, drawn = _live_figures_drawn(page)
-        _save_and_reload(page, rel)
-        got = _wait_live_figures(page, drawn, RELOAD_DRAW_TIMEOUT_S)
+        got = _reload_and_wait_drawn(page, rel, drawn)
         _screenshot(page, f"{notebook.stem}-reload")
         assert drawn > 0 and got[1] >= drawn, (
             f"after a reload {got[1]} of {got[0]} live figures drew again (before: {drawn} of "
@@ -379,8 +399,7 @@ def check_chapter_in_browser(
         prompts = _open_run_all_and_check(page, server, rel, timings, t0)
         _screenshot(page, f"{notebook.stem}-run")
         areas, drawn = _live_figures_drawn(page)
-        _save_and_reload(page, rel)
-        got = _wait_live_figures(page, drawn, RELOAD_DRAW_TIMEOUT_S)
+        got = _reload_and_wait_drawn(page, rel, drawn)
         _screenshot(page, f"{notebook.stem}-reload")
         assert got[1] >= drawn, (
             f"after a reload {got[1]} of {got[0]} live figures drew again (before: {drawn})"
