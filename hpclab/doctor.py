@@ -350,7 +350,8 @@ def format_report(checks: list[Check], info: dict[str, Any]) -> str:
         f"host      {info.get('host')}  ({info.get('os')}, Python {info.get('python')}, "
         f"torch {info.get('torch')})",
         f"CPU       {info.get('cpu_model')}, {info.get('cores_usable')} usable of "
-        f"{info.get('cores_node')} cores, SIMD {' '.join(info.get('simd') or []) or '-'}",
+        f"{info.get('cores_node')} cores ({info.get('cores_physical', '?')} physical), "
+        f"SIMD {' '.join(info.get('simd') or []) or '-'}",
         f"clock     {_num(info.get('clock_ghz'))} GHz ({info.get('clock_method')})",
         *(f"peak {d:<5}{why}" for d, why in (info.get("peak_derivation") or {}).items()),
         f"memory    {_num(info.get('mem_total_gb'), 1)} GB total, "

@@ -49,7 +49,7 @@ def course_map():
 @dataclass(frozen=True)
 class HardwareConfig(Config):
     cores: int = param(
-        0, min=0, max=256, help="cores to count in the peak (0 = your allocation's usable cores)"
+        0, min=0, max=256, help="cores to count in the peak (0 = your allocation's physical cores)"
     )
     probe_size: int = param(
         1024, min=0, max=8192, quick=256, help="n of a live n x n x n fp32 GEMM probe (0 = none)"
@@ -65,7 +65,7 @@ def run_hardware(config: HardwareConfig, progress: Progress) -> Result:
     from hpclab.measure.sysinfo import clock_label, cpuinfo, system_info
 
     info = system_info()
-    cores = config.cores or info["cores_usable"]
+    cores = config.cores or info.get("cores_physical") or info["cores_usable"]
     cpu = cpuinfo()
     peaks = cpu_peaks(
         cores,
@@ -108,7 +108,7 @@ def run_hardware(config: HardwareConfig, progress: Progress) -> Result:
 
         # The probe runs on the cores the peak counts (one thread per core; no more than this
         # allocation has), so the measured point and its bar describe the same cores.
-        threads = min(cores, info["cores_usable"])
+        threads = min(cores, info.get("cores_physical") or info["cores_usable"])
         progress.update(
             0, 1, f"fp32 GEMM probe, n={config.probe_size}, {plural(threads, 'thread')}"
         )

@@ -16,6 +16,14 @@ INFO = {
 RIGHT = 2 * 3.65 * 32
 
 
+def test_an_smt_allocation_counts_physical_cores():
+    smt = dict(INFO, cores_usable=4, cores_node=4, cores_physical=2)
+    assert peak(RIGHT, smt).passed
+    result = peak(2 * RIGHT, smt)
+    assert not result.passed and "4 usable logical CPUs" in result.message
+    assert "2 physical cores" in result.message
+
+
 def test_accepts_the_solution():
     assert peak(RIGHT, INFO).passed
     assert peak(RIGHT * 1.005, INFO).passed

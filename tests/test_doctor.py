@@ -134,5 +134,7 @@ def test_empty_info_never_crashes_and_report_reads(info):
     info["shm_gb"] = 0.0625
     text = format_report(run_checks(info), info)
     assert "node1" in text and "[warn] shm" in text and "fix: " in text and "384.0" in text
+    smt = dict(info, cores_node=8, cores_usable=8, cores_physical=4)  # both counts, SMT node
+    assert "8 usable of 8 cores (4 physical)" in format_report(run_checks(smt), smt)
     with pytest.raises(dataclasses.FrozenInstanceError):
         checks[0].level = "ok"  # type: ignore[misc]

@@ -135,6 +135,29 @@ def test_cancelling_the_workers_job_fails_trials_loudly(cluster):
     assert done >= 2 and done + failed + not_run == 30
 
 
+def test_a_workers_job_caught_completing_reports_how_it_ended(tmp_path):
+    """scancel leaves a job COMPLETING while Slurm kills its processes (seconds, more under
+    load): the pool waits for the final state instead of reporting the transition."""
+    from hpclab.cluster.slurm import Job, JobState
+    from hpclab.search.allocation import AllocationPool
+
+    class Scripted:  # the controller's answers, one per query; the last one repeats
+        poll_s = 0.01
+
+        def __init__(self, *states: str):
+            self.answers = list(states)
+
+        def states(self, job_id: str) -> list[JobState]:
+            state = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+            return [JobState(job_id, state)]
+
+    ctl = Scripted("COMPLETING", "COMPLETING", "COMPLETING", "CANCELLED")
+    pool = AllocationPool(Job(ctl, "41", tmp_path, ""), workers=2)
+    assert pool.ended() and pool.state == "CANCELLED" and ctl.answers == ["CANCELLED"]
+    running = AllocationPool(Job(Scripted("RUNNING"), "42", tmp_path, ""), workers=2)
+    assert not running.ended() and running.state == "RUNNING"
+
+
 @pytest.mark.parametrize("backend", ["array", "submitit"])
 def test_cancelling_the_array_fails_the_trials_it_did_not_run(cluster, backend):
     """submitit alone would wait for ever here (no sacct: state UNKNOWN, no result pickle)."""

@@ -102,13 +102,58 @@ def test_usable_cores_honours_cgroup_quota(monkeypatch):
     assert sysinfo._cgroup_mem_gb() == 2.0 and sysinfo._cgroup_cpus() == 2
 
 
+def _topology(root, cores: dict[int, tuple[int, int]]) -> str:
+    """A fake sysfs CPU topology: logical CPU -> (package, core)."""
+    for cpu, (pkg, core) in cores.items():
+        d = root / f"cpu{cpu}" / "topology"
+        d.mkdir(parents=True)
+        (d / "physical_package_id").write_text(f"{pkg}\n")
+        (d / "core_id").write_text(f"{core}\n")
+    return str(root)
+
+
+def test_physical_cores_count_smt_siblings_once(tmp_path, monkeypatch):
+    # 2 packages x 2 cores x 2 threads; Linux numbers the second threads after the first ones
+    smt = {c: (c // 2 % 2, c % 2) for c in range(8)}  # cpu4 is cpu0's sibling, ...
+    sysfs = _topology(tmp_path, smt)
+    assert sysinfo.physical_cores(range(8), sysfs) == 4
+    assert sysinfo.physical_cores({0, 4}, sysfs) == 1  # two threads of one core
+    assert sysinfo.physical_cores({0, 1}, sysfs) == 2
+    assert sysinfo.physical_cores({0, 2}, sysfs) == 2  # core 0 of each package: not one core
+    assert sysinfo.physical_cores({0, 9}, sysfs) is None  # no topology for cpu9
+    # The allocation's physical cores: within the affinity set, at most the usable count
+    monkeypatch.setattr(sysinfo, "CPU_SYSFS", sysfs)
+    monkeypatch.setattr(sysinfo.os, "sched_getaffinity", lambda _pid: {0, 1, 4, 5})
+    monkeypatch.setattr(sysinfo.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(sysinfo, "_cgroup_cpus", lambda: None)
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    assert sysinfo.usable_cores() == 4 and sysinfo.usable_physical_cores() == 2
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
+    assert sysinfo.usable_physical_cores() == 1
+
+
+def test_the_peak_counts_physical_cores(monkeypatch):
+    monkeypatch.setattr(sysinfo, "usable_cores", lambda: 4)
+    monkeypatch.setattr(sysinfo, "usable_physical_cores", lambda: 2)
+    info = sysinfo.system_info(refresh=True)
+    try:
+        assert info["cores_usable"] == 4 and info["cores_physical"] == 2
+        if info["clock_ghz"] is not None:
+            fpc = info["flops_per_cycle"]["fp32"]
+            assert info["peak_gflops"]["fp32"] == pytest.approx(2 * info["clock_ghz"] * fpc)
+            assert info["peak_derivation"]["fp32"].startswith("2 cores x ")
+    finally:
+        monkeypatch.undo()
+        sysinfo.system_info(refresh=True)
+
+
 # --- peaks ------------------------------------------------------------------------------------
 def test_peak_arithmetic_and_fp64_half():
     info = sysinfo.system_info()
     if info["clock_ghz"] is None:
         pytest.skip("no clock")
     for dtype, fpc in info["flops_per_cycle"].items():
-        expect = info["cores_usable"] * info["clock_ghz"] * fpc
+        expect = info["cores_physical"] * info["clock_ghz"] * fpc
         assert info["peak_gflops"][dtype] == pytest.approx(expect)
         assert f"= {expect:.1f} GFLOP/s" in info["peak_derivation"][dtype]
     assert info["flops_per_cycle"]["fp64"] * 2 == info["flops_per_cycle"]["fp32"]

@@ -7,6 +7,11 @@ from typing import Any
 from hpclab.check import CheckResult, as_number, exercise_check, failed, near, passed
 
 
+def _physical(info: dict[str, Any]) -> int:
+    """The physical cores a peak counts (older saved facts have only the logical count)."""
+    return info.get("cores_physical") or info["cores_usable"]
+
+
 @exercise_check
 def peak(value_gflops: Any, info: dict[str, Any] | None = None) -> CheckResult:
     """Compare a student's fp32 peak (GFLOP/s) with ``system_info()`` and explain a mismatch."""
@@ -17,7 +22,9 @@ def peak(value_gflops: Any, info: dict[str, Any] | None = None) -> CheckResult:
     value = as_number(value_gflops, "my_peak_gflops")
     if isinstance(value, CheckResult):
         return value
-    cores, node = info["cores_usable"], info["cores_node"]
+    # The peak counts physical cores: SMT siblings share a core's FMA pipes.
+    cores, node = _physical(info), info["cores_node"]
+    logical = info["cores_usable"]
     clock, nominal = info["clock_ghz"], info.get("clock_ghz_nominal")
     fpc = info["flops_per_cycle"]["fp32"]
     if not clock:
@@ -41,7 +48,15 @@ def peak(value_gflops: Any, info: dict[str, Any] | None = None) -> CheckResult:
                 "makes real kernels look faster than possible",
             )
         )
-    if node != cores:
+    if logical != cores:
+        causes.append(
+            (
+                logical / cores,
+                f"you counted the {logical} usable logical CPUs; with SMT (hyper-threading) they "
+                f"are {cores} physical cores, and two threads of one core share its FMA pipes",
+            )
+        )
+    if node != cores and node != logical:
         causes.append(
             (
                 node / cores,
@@ -80,7 +95,7 @@ def fraction_of_peak(
     if isinstance(value, CheckResult):
         return value
     expected = measured_gflops / (
-        info["cores_usable"] * info["clock_ghz"] * info["flops_per_cycle"]["fp32"]
+        _physical(info) * info["clock_ghz"] * info["flops_per_cycle"]["fp32"]
     )
     if near(value, expected, 0.01):
         if value > 1.0:

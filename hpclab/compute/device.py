@@ -141,7 +141,8 @@ def element_size(dtype: str) -> int:
 def peak_gflops(device: str, dtype: str, threads: int | None = None) -> tuple[float | None, str]:
     """Theoretical peak GFLOP/s of ``dtype`` on ``device`` and where the figure comes from.
 
-    CPU: ``threads`` cores x measured clock x FLOP/cycle/core (chapter 00's derivation).
+    CPU: ``threads`` cores x measured clock x FLOP/cycle/core (chapter 00's derivation); threads
+    beyond the allocation's physical cores add nothing (SMT siblings share a core's FMA pipes).
     GPU: the datasheet's dense figure; fp64 GEMM uses the FP64 tensor cores where the GPU has
     them (cuBLAS does on A100/H100), and ``fp32`` means TF32 switched off.
     """
@@ -153,7 +154,9 @@ def peak_gflops(device: str, dtype: str, threads: int | None = None) -> tuple[fl
         from hpclab.measure.sysinfo import cpuinfo
 
         info = system_info()
-        threads = threads or info["cores_usable"]
+        # SMT siblings share a core's FMA pipes: more threads than physical cores add no peak
+        physical = info.get("cores_physical") or info["cores_usable"]
+        threads = min(threads or physical, physical)
         clock = info.get("clock_ghz")
         cpu = cpuinfo()
         fpc, reason = flops_per_cycle(

@@ -28,6 +28,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from typing import Any
 
 from hpclab.measure.clock import measure_clock_ghz, nominal_clock_ghz, read_text
@@ -41,6 +42,7 @@ SIMD_FLAGS = frozenset(
     "sse2 avx avx2 fma avx512f avx512bw avx512vl avx512_vnni avx512_bf16 avx512_fp16 "
     "amx_tile amx_bf16 amx_int8 amx_fp16 asimd asimdhp sve sve2".split()
 )
+CPU_SYSFS = "/sys/devices/system/cpu"
 SLURM_VARS = tuple(
     "SLURM_JOB_ID SLURM_JOB_NODELIST SLURM_CPUS_PER_TASK SLURM_GPUS_ON_NODE SLURM_NTASKS "
     "SLURM_JOB_PARTITION".split()
@@ -124,6 +126,34 @@ def usable_cores() -> int:
     """Cores this process may use: the tightest of :func:`core_limits` (the one helper)."""
     known = [v for v in core_limits().values() if isinstance(v, int) and v > 0]
     return min(known) if known else 1
+
+
+def physical_cores(cpus: Iterable[int] | None = None, sysfs: str | None = None) -> int | None:
+    """Physical cores among the logical CPUs ``cpus`` (default: this process's affinity set).
+
+    With SMT (hyper-threading) two logical CPUs are one core sharing its FMA pipes, so a peak
+    counts cores, not logical CPUs: distinct (``physical_package_id``, ``core_id``) pairs of
+    sysfs's topology. None where sysfs has no topology (then the logical count stands in).
+    """
+    cpus = os.sched_getaffinity(0) if cpus is None else cpus
+    sysfs = sysfs or CPU_SYSFS
+    cores = set()
+    for cpu in cpus:
+        ids = [
+            read_text(f"{sysfs}/cpu{cpu}/topology/{f}") for f in ("physical_package_id", "core_id")
+        ]
+        if None in ids:
+            return None
+        cores.add(tuple(t.strip() for t in ids))
+    return len(cores) or None
+
+
+def usable_physical_cores() -> int:
+    """Physical cores of the allocation: those within the affinity set, at most the usable
+    logical count (a cgroup quota or Slurm can allow fewer threads than the set has cores)."""
+    usable = usable_cores()
+    phys = _soft(physical_cores)
+    return min(phys, usable) if phys else usable
 
 
 def _scratch_entry(path: str | None) -> dict[str, Any]:
@@ -273,12 +303,13 @@ def _collect() -> dict[str, Any]:
     cpu = _soft(cpuinfo, default={"model": None, "vendor": None, "family": None, "flags": []})
     sources = core_limits()
     cores = usable_cores()
+    physical = usable_physical_cores()
     ghz, method = measure_clock_ghz()
     nominal, _ = _soft(nominal_clock_ghz, default=(None, ""))
     label = clock_label(method)
     peaks = _soft(
         lambda: cpu_peaks(
-            cores,
+            physical,  # SMT siblings share a core's FMA pipes: the peak counts physical cores
             ghz,
             cpu["flags"],
             cpu["vendor"] or "",
@@ -301,6 +332,7 @@ def _collect() -> dict[str, Any]:
         "cores_node": os.cpu_count(),
         "cores_usable": cores,
         "cores_usable_sources": sources,
+        "cores_physical": physical,
         "simd": sorted(SIMD_FLAGS.intersection(cpu["flags"])),
         "clock_ghz": ghz,
         "clock_method": method,

@@ -24,8 +24,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpclab.cluster.slurm import TERMINAL, SlurmError
 from hpclab.config import ConfigError, RunError
 from hpclab.search.broker import BrokerError, start_redis, stop_redis, worker_argv
+
+_LIVE = ("PENDING", "CONFIGURING", "RUNNING")
 
 
 class AllocationLost(RunError):
@@ -54,11 +57,21 @@ class AllocationPool:
     _checked: float = 0.0
 
     def ended(self) -> bool:
-        """The job is over (asks the scheduler at most twice a second)."""
-        if time.monotonic() - self._checked > 0.5:
+        """The job is over (asks the scheduler at most twice a second); ``state`` is then its
+        final state: a job caught while COMPLETING (its processes being killed, a transition
+        that takes seconds, longer on a loaded node) is waited for until CANCELLED, TIMEOUT..."""
+        if self.state not in TERMINAL and time.monotonic() - self._checked > 0.5:
             self._checked = time.monotonic()
             self.state = self.job.state().state
-        return self.state not in ("PENDING", "CONFIGURING", "RUNNING")
+            if self.state == "COMPLETING":
+                self._settle()
+        return self.state not in _LIVE
+
+    def _settle(self, timeout_s: float = 60.0) -> None:
+        try:
+            self.state = self.job.wait(timeout_s=timeout_s).state
+        except SlurmError:  # still ending after a minute (a stuck node): say what it is doing
+            self.state = self.job.state().state
 
 
 def worker_commands(url: str, workers: int, threads: int = 1) -> list[str]:

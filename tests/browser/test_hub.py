@@ -260,6 +260,7 @@ class _InJob:
         return ""
 
 
+@pytest.mark.timeout(600)  # its waits add up to more than the module's 300 s on a loaded machine
 def test_hub_spawns_jupyterlab_as_a_slurm_job(
     hub, slurm, student, reachable_env, chromium_browser, save_artifacts, request
 ):
@@ -312,8 +313,12 @@ def test_hub_spawns_jupyterlab_as_a_slurm_job(
         # 3. Stop My Server: the job leaves the queue.
         t3 = time.monotonic()
         page.goto(f"{hub.url}/hub/home", wait_until="domcontentloaded")
+        # The button works once home.js has bound it (a click before that does nothing, and
+        # on a loaded machine that takes seconds); the hub's page says when it has.
+        page.wait_for_function("window._jupyterhub_page_loaded === true", timeout=60_000)
         page.click("#stop")
-        _wait_for(lambda: not _jobs(slurm, user), 60, hub, "job gone after Stop My Server")
+        page.wait_for_selector("#stop", state="hidden", timeout=120_000)  # the hub stopped it
+        _wait_for(lambda: not _jobs(slurm, user), 120, hub, "job gone after Stop My Server")
         timings["stop_to_gone_s"] = time.monotonic() - t3
         print(f"hub timings: {timings}; opened for the job's user: {reachable_env or 'nothing'}")
     except BaseException:
@@ -332,17 +337,18 @@ def test_stopping_the_hub_cancels_running_jobs_and_leaves_nothing(hub, slurm, st
     user, password = student
     s = requests.Session()
     s.get(f"{hub.url}/hub/login")
-    s.post(
-        f"{hub.url}/hub/login",
-        data={"username": user, "password": password, "_xsrf": s.cookies.get("_xsrf")},
-    )
+
+    def xsrf() -> str:  # the hub's: a running server's JupyterLab sets its own under /user/
+        return s.cookies.get("_xsrf", path="/hub/")
+
+    s.post(f"{hub.url}/hub/login", data={"username": user, "password": password, "_xsrf": xsrf()})
     # The previous test's server may still be "pending stop" for a moment: ask again until
     # the hub takes the request.
     deadline = time.monotonic() + 30
     while True:
         r = s.post(
             f"{hub.url}/hub/spawn",
-            data={"cores": "1", "minutes": "10", "_xsrf": s.cookies.get("_xsrf")},
+            data={"cores": "1", "minutes": "10", "_xsrf": xsrf()},
         )
         if "pending stop" not in r.text or time.monotonic() > deadline:
             break

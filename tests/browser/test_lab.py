@@ -29,7 +29,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
+# The bound on a whole chapter (Run All, then a reload): generous, as Run All's wait follows
+# progress and a loaded machine runs a chapter several times slower than a quiet one.
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO = Path(__file__).with_name("demo_widget.ipynb")
@@ -38,7 +40,7 @@ if not NOTEBOOK.is_absolute():
     NOTEBOOK = REPO_ROOT / NOTEBOOK
 
 KERNEL_IDLE_TIMEOUT_S = 90
-RUN_ALL_TIMEOUT_S = 240
+CELL_STALL_TIMEOUT_S = 240  # Run All fails when no cell finishes within this (a hang)
 PLOT_CHANGE_TIMEOUT_S = 20
 RELOAD_DRAW_TIMEOUT_S = 60
 SCREENSHOTS = os.environ.get("HPCLAB_SCREENSHOTS")
@@ -135,18 +137,26 @@ def _run_all(page, attempts: int = 3, start_timeout_s: float = 15) -> None:
     raise AssertionError(f"Run All Cells started no cell ({attempts} attempts)")
 
 
-def _wait_all_executed(page, timeout_s: float) -> list[str]:
-    deadline = time.monotonic() + timeout_s
+def _wait_all_executed(page, stall_s: float) -> list[str]:
+    """Wait while Run All makes progress: fail only when no further cell finished within
+    ``stall_s`` (a cell that hangs), however long the whole notebook takes on a loaded machine
+    (the test's own timeout bounds the total)."""
     prompts: list[str] = []
-    while time.monotonic() < deadline:
+    finished, since = -1, time.monotonic()
+    while time.monotonic() - since < stall_s:
         errors = _error_outputs(page)
         assert not errors, "a cell raised:\n" + "\n---\n".join(errors)
         prompts = page.evaluate(JS_PROMPTS)
-        done = prompts and all(re.fullmatch(r"\[\d+\]:", p) for p in prompts)
-        if done and page.evaluate(JS_KERNEL_IDLE):
+        ran = sum(bool(re.fullmatch(r"\[\d+\]:", p)) for p in prompts)
+        if prompts and ran == len(prompts) and page.evaluate(JS_KERNEL_IDLE):
             return prompts
+        if ran > finished:
+            finished, since = ran, time.monotonic()
         page.wait_for_timeout(500)
-    raise AssertionError(f"not every cell ran within {timeout_s:.0f} s; prompts: {prompts}")
+    raise AssertionError(
+        f"no cell finished within {stall_s:.0f} s (cell {finished + 1} of {len(prompts)} still "
+        f"running or not started); prompts: {prompts}"
+    )
 
 
 def _change_control(page) -> str:
@@ -230,6 +240,27 @@ def _wait_live_figures(page, expected: int, timeout_s: float) -> tuple[int, int]
     return got
 
 
+def _reload_and_wait_drawn(page, rel: str, drawn: int) -> tuple[int, int]:
+    """Save, reload, and wait until ``drawn`` live figures draw again; returns what
+    :func:`_live_figures_drawn` says then.
+
+    On a loaded machine JupyterLab's widget manager at times loses one widget while restoring
+    them from the kernel after a reload (chapter 06, in CI and in one of four runs beside
+    other work): its output said "Error displaying widget: model not found"
+    though the kernel held the widget and answered the manager's ``request_states`` with every
+    model (checked with a kernel client: all 73 of chapter 06's in 0.07 s). That loss is the
+    page's, not the kernel's; a student's remedy is another reload, and only with that message
+    on the page the test reloads once more. A figure that does not draw again for any other
+    reason, or twice, fails."""
+    _save_and_reload(page, rel)
+    got = _wait_live_figures(page, drawn, RELOAD_DRAW_TIMEOUT_S)
+    if got[1] < drawn and page.get_by_text("Error displaying widget: model not found").count():
+        print(f"{rel}: a widget model was lost by the page's restore; reloading once more")
+        _save_and_reload(page, rel)
+        got = _wait_live_figures(page, drawn, RELOAD_DRAW_TIMEOUT_S)
+    return got
+
+
 def _screenshot(page, name: str) -> None:
     """For review: the page, then every output holding a plot, a widget or a table."""
     if not SCREENSHOTS:
@@ -264,7 +295,7 @@ def _open_run_all_and_check(page, server, rel: str, timings: dict, t0: float) ->
     _wait_kernel_idle(page, KERNEL_IDLE_TIMEOUT_S)
     timings["lab_ready_s"] = time.monotonic() - t0
     _run_all(page)
-    prompts = _wait_all_executed(page, RUN_ALL_TIMEOUT_S)
+    prompts = _wait_all_executed(page, CELL_STALL_TIMEOUT_S)
     timings["run_all_s"] = time.monotonic() - t0
     errors = _error_outputs(page)
     assert not errors, "an output shows an error:\n" + "\n---\n".join(errors)
@@ -315,8 +346,7 @@ def test_run_all_and_interact(
 
         # a browser reload with the kernel alive: every live figure draws again, still live
         areas, drawn = _live_figures_drawn(page)
-        _save_and_reload(page, rel)
-        got = _wait_live_figures(page, drawn, RELOAD_DRAW_TIMEOUT_S)
+        got = _reload_and_wait_drawn(page, rel, drawn)
         _screenshot(page, f"{notebook.stem}-reload")
         assert drawn > 0 and got[1] >= drawn, (
             f"after a reload {got[1]} of {got[0]} live figures drew again (before: {drawn} of "
@@ -369,8 +399,7 @@ def check_chapter_in_browser(
         prompts = _open_run_all_and_check(page, server, rel, timings, t0)
         _screenshot(page, f"{notebook.stem}-run")
         areas, drawn = _live_figures_drawn(page)
-        _save_and_reload(page, rel)
-        got = _wait_live_figures(page, drawn, RELOAD_DRAW_TIMEOUT_S)
+        got = _reload_and_wait_drawn(page, rel, drawn)
         _screenshot(page, f"{notebook.stem}-reload")
         assert got[1] >= drawn, (
             f"after a reload {got[1]} of {got[0]} live figures drew again (before: {drawn})"

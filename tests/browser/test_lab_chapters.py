@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from test_lab import CHAPTERS, check_chapter_in_browser
 
-pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]  # as test_lab.py's
 
 
 @pytest.mark.parametrize("notebook", CHAPTERS[1::2], ids=lambda p: p.stem)
