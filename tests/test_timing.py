@@ -44,8 +44,12 @@ def test_check_runs_before_timing_and_fails_wrong_results():
 
 
 def test_min_time_takes_more_samples():
-    t = time_fn(lambda: time.sleep(0.002), warmup=0, repeat=2, min_time_s=0.05)
-    assert len(t.samples_s) >= 10
+    # Sampling goes on past `repeat` until min_time_s was measured, and stops at the first
+    # sample that reaches it (how many that takes depends on the machine's load, not asserted).
+    t = time_fn(lambda: time.sleep(0.002), warmup=0, repeat=2, min_time_s=0.2)
+    n = len(t.samples_s)
+    assert n >= 2 and sum(t.samples_s) >= 0.2
+    assert n == 2 or sum(t.samples_s[:-1]) < 0.2  # more samples only while short of min_time_s
 
 
 def test_calls_for():
@@ -57,4 +61,4 @@ def test_gemm_probe_is_checked_and_positive():
     from hpclab.compute.gemm import time_gemm
 
     g = time_gemm(128, "fp32", repeat=3)
-    assert g.gflops > 0.1 and g.gflops_best >= g.gflops
+    assert g.gflops > 0 and g.gflops_best >= g.gflops
