@@ -2,10 +2,10 @@
 
 Checks, in order: every code cell ran (has an execution count) with the kernel idle again; no
 output shows a Python traceback; at least one ipywidgets widget and one plotly plot rendered;
-moving the notebook's control changes the data of the plot it drives; a control of the first
-panel changed and its Run button pressed ends in "done" with a new figure (panel_click.py);
-after saving and reloading the page (the kernel still running) every live figure draws again,
-and the control still drives it.
+moving the notebook's control changes the data of the plot it drives; after saving and
+reloading the page (the kernel still running) every live figure draws again, and the control
+still drives it; then a control of the first panel changed and its Run button pressed ends in
+"done" with a new figure (panel_click.py).
 
 Convention shared with the notebooks: the interactive control (a slider or dropdown) carries the
 CSS class ``hpclab-control`` (``widget.add_class("hpclab-control")``) and the live figure it
@@ -313,7 +313,6 @@ def test_run_all_and_interact(
         )
         errors = _error_outputs(page)
         assert not errors, "the control's callback raised:\n" + "\n---\n".join(errors)
-        clicked = click_first_panel(page, notebook.stem)
         _screenshot(page, f"{notebook.stem}-run")
 
         # a browser reload with the kernel alive: every live figure draws again, still live
@@ -333,6 +332,7 @@ def test_run_all_and_interact(
             page.wait_for_timeout(250)
             after = page.evaluate(JS_PLOT_DATA, FIGURE)
         assert after != before, f"after the reload, {action2} did not redraw the figure"
+        clicked = click_first_panel(page, notebook.stem)  # its Run button, after the reload
         timings["total_s"] = time.monotonic() - t0
         print(f"{rel}: {len(prompts)} code cells; {action}; plot {figure!r}; {clicked}; reload: "
               f"{got[1]} live figures drew again; timings {timings}")  # fmt: skip
@@ -370,8 +370,6 @@ def check_chapter_in_browser(
     timings: dict[str, float] = {}
     try:
         prompts = _open_run_all_and_check(page, server, rel, timings, t0)
-        clicked = click_first_panel(page, notebook.stem)  # its Run button, a control changed
-        timings["clicked_s"] = time.monotonic() - t0
         _screenshot(page, f"{notebook.stem}-run")
         areas, drawn = _live_figures_drawn(page)
         _save_and_reload(page, rel)
@@ -380,6 +378,9 @@ def check_chapter_in_browser(
         assert got[1] >= drawn, (
             f"after a reload {got[1]} of {got[0]} live figures drew again (before: {drawn})"
         )
+        # a control of the first panel changed and its Run button pressed, on the reloaded page
+        clicked = click_first_panel(page, notebook.stem)
+        timings["clicked_s"] = time.monotonic() - t0
         print(f"{rel}: {len(prompts)} code cells; {clicked or 'no panel'}; {drawn} of {areas} "
               f"live figures drawn, {got[1]} after a reload; timings {timings}")  # fmt: skip
     except BaseException:
