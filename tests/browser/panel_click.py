@@ -14,6 +14,7 @@ from pathlib import Path
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "panel-clicks"
 DONE_TIMEOUT_S = 180
+PANEL_TIMEOUT_S = 60
 
 # notebook -> (label of a control in its first panel, the new value): quick settings.
 CLICKS = {
@@ -62,11 +63,12 @@ def _set_control(panel, label: str, value: str) -> None:
 
 def click_first_panel(page, stem: str) -> str:
     """Change the first panel's control, press Run, wait for "done"; return what was done
-    (empty when the notebook shows no panel with a Run button)."""
-    if stem not in CLICKS or not page.locator(PANEL).count():
+    (empty for a notebook without a panel: not in ``CLICKS``)."""
+    if stem not in CLICKS:
         return ""
     label, value = CLICKS[stem]
     panel = page.locator(PANEL).first
+    panel.wait_for(timeout=PANEL_TIMEOUT_S * 1000)  # after a reload widgets render late
     before = panel.evaluate(JS_PANEL_PLOT)
     _set_control(panel, label, value)
     panel.locator("button:text-is('Run')").first.click()
