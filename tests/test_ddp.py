@@ -204,7 +204,7 @@ def test_scaling_explorer_panel_runs_and_caps_ranks(monkeypatch):
 
     monkeypatch.setenv("HPCLAB_QUICK", "1")
     view = scaling_explorer()
-    assert view.controls["ranks"].max == max(2, gpu_count(), usable_cores())
+    assert view.controls["ranks"].max == min(64, max(2, gpu_count(), usable_cores()))
     assert view.results and view.results[0].records[-1]["tier"] == "model"
     assert "done" in view.status.value
     view.controls["scaling"].value = "strong"

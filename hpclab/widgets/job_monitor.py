@@ -51,11 +51,14 @@ class JobMonitor:
             self._thread.start()
 
     def cancel(self) -> None:
+        """The Cancel button: ``scancel``; a failure is one line in the status, no traceback."""
         try:
             self.job.cancel()
             self.status.value = f"scancel {self.job.job_id} sent"
         except SlurmError as exc:
-            self.status.value = html.escape(str(exc).splitlines()[0])
+            self.status.value = html.escape(_first_line(exc))
+        except Exception as exc:  # noqa: BLE001 - a button's callback must not spill either
+            self.status.value = html.escape(f"{type(exc).__name__}: {_first_line(exc)}")
 
     def poll(self) -> bool:
         """One update of every view; True once the job has ended."""
@@ -93,7 +96,7 @@ class JobMonitor:
                 if self.poll():
                     return
             except Exception as exc:  # a view must not die with a traceback
-                self.status.value = html.escape(f"{type(exc).__name__}: {exc}".splitlines()[0])
+                self.status.value = html.escape(f"{type(exc).__name__}: {_first_line(exc)}")
             self._stop.wait(self.job.cluster.poll_s)
 
     def stop(self) -> None:
@@ -113,3 +116,7 @@ class JobMonitor:
 
 def job_monitor(job: Job, **kwargs: Any) -> JobMonitor:
     return JobMonitor(job, **kwargs)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [""])[0]

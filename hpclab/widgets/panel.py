@@ -127,16 +127,17 @@ class ExperimentPanel:
 
         result = run_config(self.experiment, config, progress)
         key = json.dumps(config.to_dict(), sort_keys=True, default=str)
-        if self.accumulate:
-            self._runs.pop(key, None)
-            self._runs[key] = result
-        else:
-            self._runs = {key: result}
-        runs = list(self._runs.values())
+        kept = dict(self._runs) if self.accumulate else {}
+        kept.pop(key, None)
+        kept[key] = result
+        runs = list(kept.values())
         records = [r for run in runs for r in run.records]
         combined = Result(result.experiment, result.config, result.env, records)
-        if self.plot is not None:
-            self.view.show(self.plot(combined))
+        fig = self.plot(combined) if self.plot is not None else None
+        with self.runner.current(progress):  # a cancelled or replaced run shows nothing
+            self._runs = kept
+            if fig is not None:
+                self.view.show(fig)
         line = f"done: {plural(len(result.records), 'record')}"
         if self.accumulate:
             line += f" ({plural(len(runs), 'run')} shown)"

@@ -16,13 +16,16 @@ from hpclab.widgets.panel import ExperimentPanel, panel
 def ranks_panel(
     experiment: str, fields: tuple[str, ...], batch_max: int, **kwargs: Any
 ) -> ExperimentPanel:
-    """``panel(experiment)`` with the ranks slider capped at GPUs or usable cores (at least 2)
-    and the batch slider at ``batch_max`` (a linear slider to 65536 is unusable)."""
+    """``panel(experiment)`` with the ranks slider capped at GPUs or usable cores (at least 2,
+    at most what the config allows) and the batch slider at ``batch_max`` (a linear slider to
+    65536 is unusable)."""
     from hpclab.dist.placement import gpu_count
     from hpclab.measure.sysinfo import usable_cores
 
     view = panel(experiment, fields=fields, **kwargs)
-    view.controls["ranks"].max = max(2, gpu_count(), usable_cores())
+    (top,) = [f["max"] for f in view.experiment.config.describe() if f["name"] == "ranks"]
+    # a 128-core node would otherwise offer ranks the config refuses
+    view.controls["ranks"].max = min(top, max(2, gpu_count(), usable_cores()))
     view.controls["batch_size"].max = batch_max
     return view
 

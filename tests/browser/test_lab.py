@@ -2,9 +2,10 @@
 
 Checks, in order: every code cell ran (has an execution count) with the kernel idle again; no
 output shows a Python traceback; at least one ipywidgets widget and one plotly plot rendered;
-moving the notebook's control changes the data of the plot it drives; after saving and reloading
-the page (the kernel still running) every live figure draws again, and the control still
-drives it.
+moving the notebook's control changes the data of the plot it drives; after saving and
+reloading the page (the kernel still running) every live figure draws again, and the control
+still drives it; then a control of the first panel changed and its Run button pressed ends in
+"done" with a new figure (panel_click.py).
 
 Convention shared with the notebooks: the interactive control (a slider or dropdown) carries the
 CSS class ``hpclab-control`` (``widget.add_class("hpclab-control")``) and the live figure it
@@ -28,6 +29,7 @@ import time
 from pathlib import Path
 
 import pytest
+from panel_click import click_first_panel
 
 # The bound on a whole chapter (Run All, then a reload): generous, as Run All's wait follows
 # progress and a loaded machine runs a chapter several times slower than a quiet one.
@@ -360,9 +362,10 @@ def test_run_all_and_interact(
             page.wait_for_timeout(250)
             after = page.evaluate(JS_PLOT_DATA, FIGURE)
         assert after != before, f"after the reload, {action2} did not redraw the figure"
+        clicked = click_first_panel(page, notebook.stem)  # its Run button, after the reload
         timings["total_s"] = time.monotonic() - t0
-        print(f"{rel}: {len(prompts)} code cells; {action}; plot {figure!r}; reload: {got[1]} "
-              f"live figures drew again; timings {timings}")  # fmt: skip
+        print(f"{rel}: {len(prompts)} code cells; {action}; plot {figure!r}; {clicked}; reload: "
+              f"{got[1]} live figures drew again; timings {timings}")  # fmt: skip
     except BaseException:
         out = save_artifacts(request.node.nodeid, page=page, server=server, console=console)
         print(f"artifacts saved to {out}")
@@ -404,8 +407,11 @@ def check_chapter_in_browser(
         assert got[1] >= drawn, (
             f"after a reload {got[1]} of {got[0]} live figures drew again (before: {drawn})"
         )
-        print(f"{rel}: {len(prompts)} code cells; {drawn} of {areas} live figures drawn, "
-              f"{got[1]} after a reload; timings {timings}")  # fmt: skip
+        # a control of the first panel changed and its Run button pressed, on the reloaded page
+        clicked = click_first_panel(page, notebook.stem)
+        timings["clicked_s"] = time.monotonic() - t0
+        print(f"{rel}: {len(prompts)} code cells; {clicked or 'no panel'}; {drawn} of {areas} "
+              f"live figures drawn, {got[1]} after a reload; timings {timings}")  # fmt: skip
     except BaseException:
         out = save_artifacts(request.node.nodeid, page=page, server=server, console=console)
         print(f"artifacts saved to {out}")
