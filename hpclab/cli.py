@@ -135,18 +135,23 @@ def _cmd_run(argv: list[str]) -> int:
     except ConfigError as err:
         _fail(str(err))
     except RunError as err:
-        _fail(str(err), code=1)
+        partial = getattr(err, "result", None)  # e.g. a search that stopped: what finished
+        if partial is None:
+            _fail(str(err), code=1)
+        _show(partial, args)
+        _fail(str(err), code=getattr(err, "exit_code", 1))
     except (KeyboardInterrupt, Cancelled):
         _fail("cancelled", code=130)
     from hpclab.display import load_note
 
     if load_note(result):
         sys.stderr.write(f"note: {load_note(result)}\n")
-    if args.save:
-        from hpclab import results as store
+    return _show(result, args)
 
-        run_id = store.save(result, label=args.label)
-        sys.stderr.write(f"saved as run {run_id} in {store.store_path()}\n")
+
+def _show(result: Any, args: argparse.Namespace) -> int:
+    """Print the result (``--json``: one object) and store it with ``--save``; 1 when it could
+    not be stored (then it is also written beside the store, if that is possible)."""
     if args.json:
         print(result.to_json())
     else:
@@ -154,6 +159,17 @@ def _cmd_run(argv: list[str]) -> int:
 
         with pd.option_context("display.width", 160, "display.max_columns", 30):
             print(result.frame().to_string(index=False))
+    sys.stdout.flush()
+    if not args.save:
+        return 0
+    from hpclab import results as store
+
+    try:
+        run_id = store.save(result, label=args.label)
+    except store.StoreError as err:
+        sys.stderr.write(f"hpclab: error: {err}\n")
+        return 1
+    sys.stderr.write(f"saved as run {run_id} in {store.store_path()}\n")
     return 0
 
 
@@ -208,6 +224,9 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C anywhere, even while torch is still importing
+        sys.stderr.write("hpclab: cancelled\n")
+        return 130
     except BrokenPipeError:  # `hpclab doctor | head`: the reader left; not an error
         import os
 

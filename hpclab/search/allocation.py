@@ -24,12 +24,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpclab.config import ConfigError, RunError
+from hpclab.config import ConfigError
 from hpclab.search.broker import BrokerError, start_redis, stop_redis, worker_argv
-
-
-class AllocationLost(RunError):
-    """The job holding the search's workers ended before the search did."""
 
 
 @dataclass
