@@ -16,7 +16,6 @@ import sys
 import threading
 import time
 
-import pytest
 import torch
 
 from hpclab.cluster.checkpoint import load_latest
