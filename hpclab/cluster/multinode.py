@@ -96,7 +96,7 @@ def run_layout(cluster, site, spec: TrainSpec, nodes: int, rpn: int, progress: P
     job = submit(
         cluster, site, job_spec(nodes, rpn, site.partition(None).cpus_per_node), cmds, workdir=work
     )
-    state = job.result(timeout_s=300, progress=progress)
+    state = job.result(timeout_s=300, progress=progress, output=work / "rank0.json")
     out = json.loads((work / "rank0.json").read_text())
     out["flat_params"] = torch.load(work / "params.pt")
     out["job_id"], out["restarts"] = job.job_id, state.restarts

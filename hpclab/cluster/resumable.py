@@ -164,7 +164,8 @@ def _train(out: Path, steps: int, step_delay_s: float, seed: int, warned: list[f
             return 0
         time.sleep(step_delay_s)  # stands in for a longer step
     save_atomic(t.flat(), out / "final.pt")
-    (out / "losses.json").write_text(json.dumps(t.losses))
+    (out / "losses.json.tmp").write_text(json.dumps(t.losses))
+    os.replace(out / "losses.json.tmp", out / "losses.json")  # last, and whole: the job's done
     log(f"finished {steps} steps after {attempt} requeue(s)")
     return 0
 
