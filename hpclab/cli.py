@@ -33,12 +33,25 @@ def _fail(message: str, code: int = 2) -> NoReturn:
     raise SystemExit(code)
 
 
-def _tuple_parser(default: tuple) -> Any:
-    elem = type(default[0]) if default else str
+def _tuple_parser(f: dict[str, Any]) -> Any:
+    """Comma-separated values of the field's element type. An empty list is refused: where the
+    default is empty ("choose automatically", as autotune's threads and ranks), say ``auto``."""
+    default = f["default"]
+    auto = not default
+    numeric = f["min"] if f["min"] is not None else f["max"]
+    elem = type(default[0]) if default else (type(numeric) if numeric is not None else str)
 
     def parse(text: str) -> tuple:
+        if auto and text.strip() == "auto":
+            return ()
+        items = [x.strip() for x in text.split(",")]
+        if not all(items):
+            hint = " or 'auto' (choose automatically)" if auto else ""
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated {elem.__name__} values{hint}, got {text!r}"
+            )
         try:
-            return tuple(elem(x) for x in text.split(",") if x.strip())
+            return tuple(elem(x) for x in items)
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f"expected comma-separated {elem.__name__} values, got {text!r}"
@@ -58,7 +71,7 @@ def _add_config_flags(parser: argparse.ArgumentParser, config_cls: Any) -> None:
                 flag, dest=f["name"], action=argparse.BooleanOptionalAction, help=help_text
             )
         elif isinstance(default, tuple):
-            parser.add_argument(flag, dest=f["name"], type=_tuple_parser(default), help=help_text)
+            parser.add_argument(flag, dest=f["name"], type=_tuple_parser(f), help=help_text)
         else:
             kind = type(default) if isinstance(default, (int, float)) else str
             if isinstance(default, float):
@@ -222,6 +235,17 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import signal
+    import threading
+
+    interrupted: list[bool] = []
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        interrupted.append(True)
+        raise KeyboardInterrupt
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_sigint) if main_thread else None
     try:
         return _main(argv)
     except KeyboardInterrupt:  # Ctrl-C anywhere, even while torch is still importing
@@ -232,6 +256,16 @@ def main(argv: list[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception:
+        # An error that follows a Ctrl-C is its echo (an import cut in half fails later with
+        # anything, even a RecursionError inside numpy): the cause was the Ctrl-C.
+        if interrupted:
+            sys.stderr.write("hpclab: cancelled\n")
+            return 130
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ three can never disagree about what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import Any
 
@@ -68,6 +69,11 @@ def _describe_allowed(meta: dict) -> str:
 
 
 def _check_value(name: str, value: Any, meta: dict) -> None:
+    for item in value if isinstance(value, tuple) else (value,):
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ConfigError(
+                f"{name}={item!r} must be a finite number; allowed: {_describe_allowed(meta)}"
+            )
     choices = meta.get("choices")
     if choices is not None:
         items = value if isinstance(value, tuple) else (value,)
@@ -96,6 +102,8 @@ def _coerce(name: str, value: Any, default: Any) -> Any:
         if not isinstance(value, bool):
             raise ConfigError(f"{name}={value!r} must be true or false")
         return value
+    if isinstance(value, float) and not math.isfinite(value) and isinstance(default, (int, float)):
+        raise ConfigError(f"{name}={value!r} must be a finite number")
     if isinstance(default, int):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
             raise ConfigError(f"{name}={value!r} must be a whole number")

@@ -21,9 +21,8 @@ import hpclab
 from hpclab.cluster import local
 from hpclab.cluster.profiles import SiteProfile
 from hpclab.cluster.script import render
-from hpclab.cluster.slurm import Cluster, Job
+from hpclab.cluster.slurm import Cluster, Job, SlurmError
 from hpclab.cluster.spec import JobSpec
-from hpclab.config import ConfigError
 
 # The job script stamps the moment it launches Python, for the start-up of a trial
 # (:func:`hpclab.trial.timed_trials`); psutil's process creation time is only good to ~1 s.
@@ -65,10 +64,11 @@ def job_env() -> dict[str, str]:
 
 
 def require_cluster() -> Cluster:
-    """The Slurm of :func:`hpclab.cluster.local.connect`, or a one-line ConfigError."""
+    """The Slurm of :func:`hpclab.cluster.local.connect`, or a one-line SlurmError: no Slurm is
+    the environment's lack, not a bad argument (the CLI exits 1, not 2)."""
     cluster = local.connect()
     if cluster is None:
-        raise ConfigError(local.why_not())
+        raise SlurmError(local.why_not())
     return cluster
 
 
