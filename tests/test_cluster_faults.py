@@ -74,3 +74,53 @@ def test_a_node_lost_after_the_job_wrote_its_result_keeps_it(cluster):
     assert not [p for p in _steps_of(job.job_id) if alive(p)]
     sleepers = psutil.process_iter(["name", "cmdline"])
     assert not [p for p in sleepers if "97.5" in (p.info["cmdline"] or []) and alive(p)]
+
+
+def test_ddp_multinode_blames_the_rank_that_was_killed(cluster):
+    """Rank 3 of a 2 x 2 torchrun job killed mid-training: the error names rank 3 and SIGKILL,
+    not rank 0 (whose launcher reports last, about a lost rendezvous)."""
+    import threading
+    from dataclasses import replace
+
+    from hpclab.cluster.multinode import MultinodeConfig, run_layout, train_spec
+    from hpclab.dist.failures import RankError
+    from hpclab.progress import Progress
+
+    site = local.site_profile(cluster)
+    spec = replace(train_spec(MultinodeConfig.create()), steps=100_000)  # runs until killed
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["out"] = run_layout(cluster, site, spec, 2, 2, Progress())
+        except Exception as exc:  # noqa: BLE001 - the test inspects it
+            box["err"] = exc
+
+    def rank(p: psutil.Process) -> str | None:
+        try:
+            if "hpclab.cluster.multinode" in " ".join(p.cmdline()):
+                return p.environ().get("RANK")
+        except psutil.Error:
+            pass
+        return None
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    killed = None
+    deadline = time.monotonic() + 120
+    while thread.is_alive() and killed is None and time.monotonic() < deadline:
+        ranks: dict = {}
+        for p in sorted(psutil.process_iter(), key=lambda p: p.pid):
+            ranks.setdefault(rank(p), p)  # the rank itself, not a process it forked
+        if {"0", "1", "2", "3"} <= set(ranks):
+            time.sleep(2.0)  # all four in the process group and training
+            ranks["3"].kill()
+            killed = ranks["3"].pid
+        time.sleep(0.2)
+    thread.join(timeout=120)
+    assert killed, "rank 3 never started"
+    err = box.get("err")
+    assert isinstance(err, RankError), box
+    assert str(err).splitlines()[0] == "rank 3 of 4 was killed by SIGKILL (signal 9)"
+    assert err.rank == 3
+    assert not [p for p in psutil.process_iter() if rank(p) is not None]  # no rank left

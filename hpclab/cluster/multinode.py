@@ -26,9 +26,12 @@ import torch
 
 from hpclab.cluster import local
 from hpclab.cluster.runner import python, require_cluster, submit
+from hpclab.cluster.slurm import SlurmError
 from hpclab.cluster.spec import JobSpec
 from hpclab.config import Config, param
 from hpclab.ddp.worker import TrainSpec, ddp_worker
+from hpclab.dist.failures import RankError, diagnose
+from hpclab.dist.torchrun import torchrun_failures
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 
@@ -96,7 +99,17 @@ def run_layout(cluster, site, spec: TrainSpec, nodes: int, rpn: int, progress: P
     job = submit(
         cluster, site, job_spec(nodes, rpn, site.partition(None).cpus_per_node), cmds, workdir=work
     )
-    state = job.result(timeout_s=300, progress=progress, output=work / "rank0.json")
+    try:
+        state = job.result(timeout_s=300, progress=progress, output=work / "rank0.json")
+    except SlurmError as err:
+        failures = torchrun_failures(job.log())
+        if not failures:
+            raise
+        # The rank that died first, not the launcher that reported last (often rank 0's).
+        blame = diagnose(failures, nodes * rpn, running=[], finished=[], timeout_s=0.0)
+        raise RankError(blame.rank, nodes * rpn, blame.summary, consequences=(
+            *blame.consequences, f"job {job.job_id}: {str(err).splitlines()[0]}; its log: "
+            f"{job.log_path()}"), raised=False) from None  # fmt: skip
     out = json.loads((work / "rank0.json").read_text())
     out["flat_params"] = torch.load(work / "params.pt")
     out["job_id"], out["restarts"] = job.job_id, state.restarts
