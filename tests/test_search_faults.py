@@ -142,5 +142,14 @@ def test_a_sequential_search_cancelled_keeps_its_finished_trials():
     """The same vocabulary on the sequential loop (no broker): Cancel after two trials."""
     progress = Progress(lambda done, total, note: done >= 1 and progress.cancel())
     cfg = SearchConfig.create(backend="sequential", trials=5, epochs=1, samples=100)
-    with pytest.raises(SearchIncomplete, match=r"2 finished, 0 failed, 0 stopped, 3 never run"):
+    with pytest.raises(
+        SearchIncomplete, match=r"2 finished, 0 failed, 0 stopped, 3 never run"
+    ) as err:
         run_search(cfg, progress)
+    from hpclab.search.search_experiment import backends_table, plot_search
+
+    partial = err.value.result  # the table and the plot show all four fates
+    row = backends_table([partial]).iloc[0]
+    assert [row[f] for f in FATES] == [2, 0, 0, 3] and row["trials"] == 5
+    names = [t.name for t in plot_search(partial).data if t.type == "scatter"]
+    assert "never run (3)" in names
