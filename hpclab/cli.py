@@ -17,7 +17,7 @@ import json
 import sys
 from typing import Any, NoReturn
 
-from hpclab.config import ConfigError
+from hpclab.config import ConfigError, element_type
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,8 +38,7 @@ def _tuple_parser(f: dict[str, Any]) -> Any:
     default is empty ("choose automatically", as autotune's threads and ranks), say ``auto``."""
     default = f["default"]
     auto = not default
-    numeric = f["min"] if f["min"] is not None else f["max"]
-    elem = type(default[0]) if default else (type(numeric) if numeric is not None else str)
+    elem = element_type(default, f["min"], f["max"])
 
     def parse(text: str) -> tuple:
         if auto and text.strip() == "auto":

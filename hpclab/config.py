@@ -68,6 +68,15 @@ def _describe_allowed(meta: dict) -> str:
     return "any value"
 
 
+def element_type(default: tuple, lo: float | None = None, hi: float | None = None) -> type:
+    """The type of a tuple field's items: its default's, else its range's (an empty default,
+    "choose automatically", still holds numbers), else str. For the CLI and the widgets."""
+    if default:
+        return type(default[0])
+    bound = lo if lo is not None else hi
+    return type(bound) if bound is not None else str
+
+
 def _check_value(name: str, value: Any, meta: dict) -> None:
     for item in value if isinstance(value, tuple) else (value,):
         if isinstance(item, float) and not math.isfinite(item):

@@ -88,6 +88,11 @@ def test_an_empty_list_is_an_error_and_auto_chooses(capsys):
     cfg = AutotuneConfig.create(**{k: v for k, v in vars(args).items() if v is not None})
     assert (cfg.threads, cfg.ranks, cfg.batches) == ((1, 2), (1,), (32,))  # refused before
     assert parser.parse_args(["--threads", "auto"]).threads == ()  # chosen from the node
+    from hpclab.widgets import panel
+
+    box = panel("autotune")  # the notebook's panel reads the same numbers
+    box.controls["threads"].value, box.controls["ranks"].value = "1,2", "1"
+    assert (box.config().threads, box.config().ranks) == ((1, 2), (1,))
     for argv, fragment in (
         (["--threads", ""], "or 'auto' (choose automatically)"),
         (["--batches", ""], "expected comma-separated int values, got ''"),
