@@ -2,13 +2,27 @@
 
 CPU (everywhere): a warm 16 MiB host copy on one thread, timed by ``hpclab`` (the ``host-copy``
 experiment's code path: ``copies.host_copy`` -> ``time_fn``) and by a plain ``perf_counter``
-loop, interleaved round by round so background load hits both alike; the median of the
-per-round ratios of their medians is the result (goal: within 5 %). Then warm vs first-touch
-(page faults) at 64 MiB: the reason pinned, pre-touched buffers exist (goal: warm >= 1.5x).
+loop. A measurement of the same copy that comes out *faster* than the plain loop is as wrong as
+a slower one, so the goal is two-sided: the median of the per-round ratios within 5 % either way.
+
+What must be equal for that comparison to mean anything (an earlier version measured hpclab
+1.18x faster than the plain loop): the same work on the same kind of buffers in the same state.
+The plain loop used to copy between ``torch.ones``/``torch.zeros`` buffers while hpclab copied
+between a pattern-filled source (whose fill allocates and frees a temporary of the same size)
+and a zero-filled destination, and it always ran second in a round, after hpclab's buffers had
+been freed: which pages each side got, and how warm the caches were (a 16 MiB copy moves 32 MiB,
+the size of the last-level cache), differed systematically. Now both sides copy between buffers
+made by the same function (``copies.warm_pair``: both written before timing, no first touch
+inside the timed region), with the same warm-up (two untimed copies, as ``time_fn``), the same
+number of timed copies, and the order alternates round by round; only the timer differs.
+Then warm vs first-touch (page faults) at 64 MiB: the reason pinned, pre-touched buffers exist
+(goal: warm >= 1.5x).
 
 GPU (when one is visible): pinned H2D of 256 MiB through ``hpclab`` vs a plain CUDA-event loop
 (goal: within 5 %), pinned vs pageable (goal: pinned faster), and pinned vs the link's spec
-read from sysfs (goal: >= 80 %).
+read from sysfs (goal: >= 80 %). This course's H200 run (2026-11-26, PyTorch 2.11,
+``hpclab/references/h200_host_copy.json``): hpclab vs plain 0.999; pinned 55.4 GB/s = 0.88 of
+PCIe 5.0 x16, pageable 9.85 GB/s (5.6x slower).
 
 Usage: python benchmarks/topology.py   (no arguments, < 1 minute on 2 cores)
 """
@@ -25,15 +39,15 @@ from hpclab.compute.device import torch_threads
 from hpclab.topology import copies
 from hpclab.topology.host_copy import link_of
 
-ROUNDS = 7
+ROUNDS = 9
 REPEAT = 15
-GOAL = 0.95
+GOAL = 0.05  # |ratio - 1|: within 5 % either way
 
 
 def plain_host_seconds(nbytes: int, repeat: int) -> float:
-    src = torch.ones(nbytes, dtype=torch.uint8)
-    dst = torch.zeros(nbytes, dtype=torch.uint8)
-    dst.copy_(src)
+    src, dst = copies.warm_pair(nbytes)  # the buffers host_copy times, made the same way
+    for _ in range(2):  # time_fn's warm-up: the first call and one more
+        dst.copy_(src)
     samples = []
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -62,6 +76,7 @@ def ratio_line(name: str, harness: list[float], plain: list[float]) -> float:
     print(f"{name}: hpclab median s per round: {', '.join(f'{x * 1e3:.3f}' for x in harness)} ms")
     print(f"{name}: plain  median s per round: {', '.join(f'{x * 1e3:.3f}' for x in plain)} ms")
     print(f"{name}: per-round ratios (sorted): {', '.join(f'{x:.3f}' for x in ratios)}")
+    print(f"{name}: median ratio (plain time / hpclab time) {ratios[len(ratios) // 2]:.3f}")
     return ratios[len(ratios) // 2]
 
 
@@ -69,9 +84,12 @@ def main() -> int:
     n = 16 * 2**20
     harness, plain = [], []
     with torch_threads(1):
-        for _ in range(ROUNDS):
+        for r in range(ROUNDS):  # the order alternates: neither side always runs second
+            if r % 2:
+                plain.append(plain_host_seconds(n, REPEAT))
             harness.append(copies.host_copy(n, "warm", REPEAT)[0].median_s)
-            plain.append(plain_host_seconds(n, REPEAT))
+            if not r % 2:
+                plain.append(plain_host_seconds(n, REPEAT))
         big = 64 * 2**20
         warm = copies.host_copy(big, "warm", 5)[0].median_s
         fresh = copies.host_copy(big, "first-touch", 5)[0].median_s
@@ -83,7 +101,8 @@ def main() -> int:
         f"host 64 MiB: warm {big / warm / 1e9:.2f} GB/s, first-touch {big / fresh / 1e9:.2f} GB/s"
     )
     lines = [
-        f"topology: ratio_vs_plain={ratio:.3f} goal>={GOAL} {'PASS' if ratio >= GOAL else 'FAIL'}",
+        f"topology: deviation_vs_plain={abs(ratio - 1):.3f} goal<={GOAL} "
+        + ("PASS" if abs(ratio - 1) <= GOAL else "FAIL"),
         f"topology: warm_vs_first_touch={fresh / warm:.2f} goal>=1.5 "
         + ("PASS" if fresh / warm >= 1.5 else "FAIL"),
     ]
@@ -102,8 +121,8 @@ def main() -> int:
             f"GB/s, pageable {g / pageable / 1e9:.2f} GB/s"
         )
         lines.append(
-            f"topology: gpu_ratio_vs_plain={gratio:.3f} goal>={GOAL} "
-            + ("PASS" if gratio >= GOAL else "FAIL")
+            f"topology: gpu_deviation_vs_plain={abs(gratio - 1):.3f} goal<={GOAL} "
+            + ("PASS" if abs(gratio - 1) <= GOAL else "FAIL")
         )
         lines.append(
             f"topology: pinned_vs_pageable={pageable / pinned:.2f} goal>=1.0 "

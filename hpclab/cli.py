@@ -208,7 +208,8 @@ def _cmd_notebooks(args: argparse.Namespace) -> int:
 
     for path in args.paths:
         if args.action == "refresh":
-            notebooks.refresh(path)
+            for note in notebooks.refresh(path):
+                print(f"{path}: key figure in {note}", file=sys.stderr)
         else:
             notebooks.clean_file(path)
         print(f"{args.action}ed {path}")

@@ -66,24 +66,57 @@ def number(v: float) -> str:
     return f"{v:.{2 - math.floor(math.log10(a))}f}"
 
 
+# pandas' display options for every table the course shows, set here once: three significant
+# digits, no cell cut at 50 characters (a peak's derivation, a source), no column hidden
+# behind "...".
+def _options() -> tuple[Any, ...]:
+    return (
+        "display.float_format", number,
+        "display.max_colwidth", None,
+        "display.max_columns", None,
+    )  # fmt: skip
+
+
+def _whole_to_int(frame: Any) -> Any:
+    """``frame`` (changed in place) with its whole-number float columns as integers."""
+    import pandas as pd
+
+    for i in range(frame.shape[1]):
+        s = frame.iloc[:, i]
+        if not pd.api.types.is_float_dtype(s):
+            continue
+        values = s.dropna()
+        if len(values) and (values == values.round()).all() and values.abs().max() < 2**53:
+            frame.isetitem(i, s.round().astype("Int64"))
+    return frame
+
+
 class _Readable:
     """Mixed into a DataFrame: the values stay numbers, only their display changes."""
+
+    def _shown(self) -> Any:
+        import pandas as pd
+
+        return _whole_to_int(pd.DataFrame(self).copy())
 
     def _repr_html_(self) -> str:
         import pandas as pd
 
-        with pd.option_context("display.float_format", number):
-            return super()._repr_html_()
+        with pd.option_context(*_options()):
+            return self._shown()._repr_html_()
 
     def __repr__(self) -> str:
         import pandas as pd
 
-        with pd.option_context("display.float_format", number):
-            return super().__repr__()
+        with pd.option_context(*_options()):
+            return repr(self._shown())
 
     def to_string(self, *args: Any, **kwargs: Any) -> str:
+        import pandas as pd
+
         kwargs.setdefault("float_format", number)
-        return super().to_string(*args, **kwargs)
+        with pd.option_context(*_options()):
+            return self._shown().to_string(*args, **kwargs)
 
 
 def _readable_class() -> type:
@@ -108,21 +141,18 @@ def readable(frame: Any) -> Any:
     """``frame`` for display (every table shown goes through it): whole-number columns become
     integers, every other number shows three significant digits; the values stay numbers, so
     the table can still be sorted, selected and computed on."""
-    import pandas as pd
+    return _readable_class()(_whole_to_int(frame.copy()))
 
-    out = _readable_class()(frame.copy())
-    for col in out.columns:
-        s = out[col]
-        if not pd.api.types.is_float_dtype(s):
-            continue
-        values = s.dropna()
-        if len(values) and (values == values.round()).all() and values.abs().max() < 2**53:
-            out[col] = s.round().astype("Int64")
-    return out
+
+def shown_readably(frame: Any) -> Any:
+    """``frame`` with its values untouched (floats stay floats), displayed as :func:`readable`
+    shows it: what ``Result.frame()`` returns."""
+    return _readable_class()(frame)
 
 
 def _trace_key(trace: Any) -> str:
-    return str(trace.legendgroup or trace.name or "")
+    # Icicles, sunbursts and tables have no legend group (and some no name).
+    return str(getattr(trace, "legendgroup", None) or getattr(trace, "name", None) or "")
 
 
 def _explicit_color(trace: Any) -> bool:
@@ -133,13 +163,17 @@ def _explicit_color(trace: Any) -> bool:
     return False
 
 
+# Traces that draw one series in one colour (icicles, sunbursts, heatmaps colour by value).
+_SERIES_TYPES = ("scatter", "scattergl", "bar", "box", "histogram", "violin")
+
+
 def apply_series_colors(fig: Any) -> Any:
     """Colour every trace that has no colour of its own by its series name (legendgroup, else
     name): one series, one colour, in every subplot, the legend and every later run. Colours a
     plot chose on purpose (grey for reference, red for "above the roof") stay."""
     for trace in fig.data:
         key = _trace_key(trace)
-        if not key or _explicit_color(trace):
+        if trace.type not in _SERIES_TYPES or not key or _explicit_color(trace):
             continue
         color = series_color(key)
         if getattr(trace, "marker", None) is not None:
@@ -150,15 +184,75 @@ def apply_series_colors(fig: Any) -> Any:
 
 
 def load_note(result: Any) -> str:
-    """The sentence that says a live result was measured while others held our cores."""
+    """The sentence that says a live result was measured while others held our cores (none for
+    a result that only evaluates a model or shows references)."""
+    from hpclab.results import measured_here
+
     share = getattr(result, "env", {}).get("cpu_share") if result is not None else None
-    if not share or not share.get("disturbed"):
+    if not share or not share.get("disturbed") or not measured_here(result):
         return ""
     from hpclab.measure.cpu_share import CpuShare
 
     fields = {k: share[k] for k in ("cores", "wall_s", "own_cores", "others_cores")}
     fields["waited_cores"] = share.get("waited_cores")
     return CpuShare(**fields).sentence()
+
+
+def tick_label(v: float) -> str:
+    """A log axis's tick: ``0.01``, ``5``, ``200``, ``10k``, ``2M`` (never a bare exponent)."""
+    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= 10 * scale if suffix == "k" else abs(v) >= scale:
+            return f"{v / scale:g}{suffix}"
+    return f"{v:g}"
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """Tick values for a log axis over ``[lo, hi]``: 1, 2, 5 per decade over up to two decades,
+    powers of ten (every other one past eight decades) over more."""
+    decades = math.log10(hi / lo)
+    k0, k1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    mantissas = (1, 2, 5) if decades <= 2 else (1,)
+    step = 2 if decades > 8 else 1
+    ticks = [m * 10.0**k for k in range(k0, k1 + 1, step) for m in mantissas]
+    first = max([t for t in ticks if t <= lo] or ticks[:1])  # one tick at or past each end
+    last = min([t for t in ticks if t >= hi] or ticks[-1:])
+    return [t for t in ticks if first <= t <= last]
+
+
+def _axis_data(fig: Any, axis: str) -> list[float]:
+    """The positive numbers that traces draw on layout axis ``axis`` (``"xaxis2"``...)."""
+    letter, ref = axis[0], axis[0] + axis[5:]  # "xaxis2" -> "x", "x2"
+    out: list[float] = []
+    for trace in fig.data:
+        if (getattr(trace, f"{letter}axis", None) or letter) != ref:
+            continue
+        values = list(getattr(trace, letter, None) or ())
+        base = getattr(trace, "base", None)
+        if base is not None and getattr(trace, "orientation", None) == (
+            "h" if letter == "x" else "v"
+        ):
+            bases = list(base) if isinstance(base, (list, tuple)) else [base] * len(values)
+            values += [b + v for b, v in zip(bases, values, strict=False)]
+        out += [float(v) for v in values if isinstance(v, (int, float)) and v > 0]
+    return out
+
+
+def readable_log_axes(fig: Any) -> Any:
+    """Log axes the plot left to plotly get ticks with whole values (``1``, ``2``, ``5``, ``10``,
+    ``20``... or ``1k``, ``10k``...), not plotly's lone ``2`` and ``5`` between powers of ten."""
+    for axis, spec in fig.layout.to_plotly_json().items():
+        if not axis[1:].startswith("axis") or spec.get("type") != "log":
+            continue
+        if any(k in spec for k in ("dtick", "tickvals", "tickmode")):
+            continue
+        data = _axis_data(fig, axis)
+        if not data:
+            continue
+        vals = log_ticks(min(data), max(data))
+        fig.layout[axis].update(
+            tickmode="array", tickvals=vals, ticktext=[tick_label(v) for v in vals]
+        )
+    return fig
 
 
 def readable_layout(fig: Any) -> Any:
@@ -176,7 +270,7 @@ def readable_layout(fig: Any) -> Any:
         fig.update_yaxes(automargin=True)
     if not layout.height:
         fig.update_layout(height=440)
-    return fig
+    return readable_log_axes(fig)
 
 
 def note_on(fig: Any, text: str) -> Any:
@@ -185,7 +279,15 @@ def note_on(fig: Any, text: str) -> Any:
         title = fig.layout.title.text or ""
         red = f'<span style="color:#b42318;font-size:12px">{text}</span>'
         fig.update_layout(title_text=f"{title}<br>{red}" if title else red)
-        fig.update_layout(margin={"t": max(fig.layout.margin.t or 0, 110)})
+    return _room_for_title(fig)
+
+
+def _room_for_title(fig: Any) -> Any:
+    """A top margin that holds every line of the title (a note under it included)."""
+    title = fig.layout.title.text or ""
+    if title:
+        lines = title.count("<br>") + 1
+        fig.update_layout(margin={"t": max(fig.layout.margin.t or 0, 60 + 22 * lines)})
     return fig
 
 

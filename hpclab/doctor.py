@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from hpclab.private import private_dir
+
 Level = Literal["ok", "warn", "fail"]
 OPTIONAL_PACKAGES = ("lmdb", "h5py", "plotly", "ipywidgets", "anywidget", "sklearn")
 # PyTorch DataLoader workers pass batches through shared memory; Docker's default /dev/shm is
@@ -199,7 +201,7 @@ def _results(info: dict[str, Any]) -> Check:
     path = None
     try:
         path = results_dir()
-        os.makedirs(path, exist_ok=True)
+        private_dir(path)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".hpclab-probe-"):
             pass
     except Exception as exc:  # noqa: BLE001

@@ -38,7 +38,8 @@ _BANNER = (
     "*Exercise notebook generated from `solutions/{name}` by `hpclab exercises build`; "
     "edit the solution, not this file.* Replace each `...` and each "
     "`raise NotImplementedError(...)` with your code, then run the check cell below it. An "
-    "exercise you have not done yet only makes its own check say NOT YET: Run All reaches the end."
+    "exercise you have not done yet only makes its own check say NOT YET: Run All reaches the end. "
+    "Stuck? The NOT YET message names a `hint(...)` that shows up to three hints, one at a time."
 )
 _NAME = re.compile(r"^\d\d_.*\.ipynb$")
 
@@ -173,6 +174,8 @@ def is_check_cell(cell: Any, check_names: set[str]) -> bool:
     if not body or not isinstance(body[-1], ast.Expr) or not isinstance(body[-1].value, ast.Call):
         return False
     func = body[-1].value.func
+    if isinstance(func, ast.Name) and func.id in ("hint", "solved"):  # helpers, not checks
+        return False
     while isinstance(func, ast.Attribute):
         func = func.value
     return isinstance(func, ast.Name) and func.id in check_names

@@ -15,7 +15,7 @@ from typing import Any
 
 from hpclab.config import Config, ConfigError
 from hpclab.progress import Progress
-from hpclab.results import Result
+from hpclab.results import Result, measured_here
 
 # One entry per chapter topic module, in chapter order.
 TOPICS: tuple[str, ...] = (
@@ -95,7 +95,8 @@ def run_config(exp: Experiment, config: Config, progress: Progress | None = None
 
     The CPU share the run obtained goes into ``result.env["cpu_share"]``: a number measured while
     other processes held our cores says so beside it (plots, panel status). A run whose work ran
-    in Slurm jobs (``make_result(..., ran_elsewhere=True)``) gets none.
+    in Slurm jobs (``make_result(..., ran_elsewhere=True)``) gets none, and so does one that only
+    evaluates a model (no live record: nothing measured here can be low).
     """
     from hpclab.measure.cpu_share import measure_cpu_share
 
@@ -103,6 +104,11 @@ def run_config(exp: Experiment, config: Config, progress: Progress | None = None
     with measure_cpu_share(descendants=True) as got:
         result = exp.run(config, progress or Progress())
     env = getattr(result, "env", None)
-    if got.value is not None and env is not None and not env.get("ran_elsewhere"):
+    if (
+        got.value is not None
+        and env is not None
+        and not env.get("ran_elsewhere")
+        and measured_here(result)
+    ):
         result.env["cpu_share"] = got.value.to_dict()
     return result

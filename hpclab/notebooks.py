@@ -1,9 +1,10 @@
 """Notebook files in git: execute in quick mode and keep only what nbval compares (chapter 00).
 
 Stored notebooks carry outputs only for cells that contain ``# NBVAL_CHECK_OUTPUT`` (nbval's
-lax mode compares exactly those); everything else is stripped, as is volatile metadata, so a
-diff shows only real changes and no random or huge output (timings, widget state, plotly.js)
-lands in git.
+lax mode compares exactly those), plus one static image in each cell tagged ``key-figure``
+(:mod:`hpclab.key_figures`); everything else is stripped, as is volatile metadata, so a diff
+shows only real changes and no random or huge output (timings, widget state, plotly.js) lands
+in git.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
+
+from hpclab import key_figures
 
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
 _DROP_MIME = (
@@ -61,6 +64,12 @@ def clean(nb: Any, keep_outputs: bool = True) -> Any:
                 _clean_output(o) for o in cell.get("outputs", []) if o.get("output_type") != "error"
             ]
             cell["outputs"] = [o for o in cell["outputs"] if o.get("data") != {}]
+        elif keep_outputs and key_figures.is_key_figure(cell):
+            # nbval (lax) runs the cell without comparing it, but refuses stored outputs with
+            # no execution count: the fresh run's count stays, as on checked cells.
+            cell["outputs"] = key_figures.static_outputs(cell.get("outputs", []))
+            if not cell["outputs"]:
+                cell["execution_count"] = None
         else:
             cell["execution_count"] = None
             cell["outputs"] = []
@@ -108,6 +117,11 @@ def execute(path: str | os.PathLike, timeout: int = 600, quick: bool = True) -> 
     return nb
 
 
-def refresh(path: str | os.PathLike) -> None:
-    """Execute in quick mode, then store cleaned (outputs only where nbval compares them)."""
-    write(clean(execute(path)), path)
+def refresh(path: str | os.PathLike) -> list[str]:
+    """Execute in quick mode, then store cleaned (outputs only where nbval compares them, and
+    each key figure's image); returns a line per key figure that got no new image."""
+    before = nbformat.read(str(path), as_version=4)
+    nb = execute(path)
+    notes = key_figures.keep_images(nb, before)
+    write(clean(nb), path)
+    return notes

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hpclab.config import RunError
+from hpclab.private import private_dir, private_file
 
 TIERS = ("live", "reference", "model")
 
@@ -38,10 +39,16 @@ class Result:
     )
 
     def frame(self):
-        """The records as a pandas DataFrame (one row per record)."""
+        """The records as a pandas DataFrame (one row per record), shown with three significant
+        digits and whole numbers as integers (:func:`hpclab.display.readable`)."""
         import pandas as pd
 
-        return pd.DataFrame(self.records)
+        from hpclab.display import shown_readably
+
+        frame = pd.DataFrame(self.records)
+        if self.records and all(r.get("tier") == "reference" for r in self.records):
+            return frame  # published numbers, shown as published (172.8, not 173)
+        return shown_readably(frame)
 
     def to_dict(self) -> dict[str, Any]:
         """The CLI's ``--json`` object."""
@@ -94,12 +101,18 @@ def _jsonable(value: Any) -> Any:
 
 
 def make_result(
-    experiment: str, config: Any, records: Iterable[dict[str, Any]], ran_elsewhere: bool = False
+    experiment: str,
+    config: Any,
+    records: Iterable[dict[str, Any]],
+    ran_elsewhere: bool = False,
+    timed: bool = True,
 ) -> Result:
     """Wrap live records with the config and this machine's fingerprint.
 
     ``ran_elsewhere``: the work ran outside this process tree (Slurm jobs): what this process's
     cores did meanwhile says nothing about it, so no CPU share is attached to the result.
+    ``timed=False``: the records hold no speed (an inventory, a topology): no load can make
+    them low, so no CPU share either.
     """
     from hpclab.measure.sysinfo import fingerprint
 
@@ -108,7 +121,19 @@ def make_result(
     env = fingerprint()
     if ran_elsewhere:
         env = {**env, "ran_elsewhere": True}
+    if not timed:
+        env = {**env, "untimed": True}
     return Result(experiment, cfg, env, rows)
+
+
+def measured_here(result: Any) -> bool:
+    """True when ``result`` has a live, timed record: model and reference rows are computed or
+    bundled, an inventory holds no speed, so no load on this machine can make them low (no
+    CPU-share note for them)."""
+    if (getattr(result, "env", None) or {}).get("untimed"):
+        return False
+    records = getattr(result, "records", None) or ()
+    return any(r.get("tier", "live") == "live" for r in records)
 
 
 # --- the per-user store ---------------------------------------------------------------------
@@ -142,9 +167,10 @@ CREATE INDEX IF NOT EXISTS runs_experiment ON runs(experiment);
 
 def _connect(path: Path | None = None) -> sqlite3.Connection:
     path = path or store_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     # A 10 s busy timeout: two kernels of one student may save at the same moment.
     conn = sqlite3.connect(str(path), timeout=10.0)
+    private_file(path)
     conn.executescript(_SCHEMA)
     return conn
 

@@ -29,7 +29,13 @@ CHAPTERS: tuple[tuple[str, str, str], ...] = (
     ("04", "Storage & data loading", "small files vs LMDB vs HDF5 vs shards, DataLoader workers"),
     ("05", "Hogwild & parameter-server SGD", "lock-free SGD, sync/async servers, staleness"),
     ("06", "Multi-GPU data parallel", "DDP, all-reduce bandwidth, ring all-reduce, scaling model"),
+    (
+        "06",
+        "Model parallel (06, part 2)",
+        "pipeline bubble, tensor parallel, memory per GPU, layouts",
+    ),
     ("07", "On the cluster", "Slurm jobs, multi-node torchrun, checkpoint/restart"),
+    ("08", "Search and autotuning", "grid/random/TPE, job arrays, Celery workers, autotuning"),
 )
 
 
@@ -98,20 +104,27 @@ def run_hardware(config: HardwareConfig, progress: Progress) -> Result:
                 )
     if config.probe_size:
         from hpclab.compute.gemm import time_gemm
+        from hpclab.dist.placement import torch_threads
 
-        progress.update(0, 1, f"fp32 GEMM probe, n={config.probe_size}")
-        g = time_gemm(config.probe_size, "fp32", "cpu", repeat=5)
+        # The probe runs on the cores the peak counts (one thread per core; no more than this
+        # allocation has), so the measured point and its bar describe the same cores.
+        threads = min(cores, info["cores_usable"])
+        progress.update(
+            0, 1, f"fp32 GEMM probe, n={config.probe_size}, {plural(threads, 'thread')}"
+        )
+        with torch_threads(threads):
+            g = time_gemm(config.probe_size, "fp32", "cpu", repeat=5)
         peak = peaks["fp32"]["gflops"]
-        usable = info["cores_usable"]
         records.append(
             {
                 "tier": "live",
                 "device": "cpu",
                 "dtype": "fp32",
-                "cores": usable,
+                "cores": cores,
+                "threads": threads,
                 "size": config.probe_size,
                 "gflops": g.gflops,
-                "peak_fraction": g.gflops / (peak * usable / cores) if peak else None,
+                "peak_fraction": g.gflops / (peak * threads / cores) if peak else None,
                 **g.timing.summary(),
             }
         )
@@ -148,7 +161,9 @@ def plot_hardware(result: Result):
         y=[r["gflops"] for r in live],
         mode="markers",
         marker={"size": 14, "symbol": "diamond"},
-        name="measured fp32 GEMM (live)",
+        name="measured fp32 GEMM"
+        + (f" on {plural(live[0]['threads'], 'thread')}" if live and "threads" in live[0] else "")
+        + " (live)",
     )
     fig.update_layout(
         title="Theoretical peak per dtype (GFLOP/s) and one measured GEMM",
@@ -167,16 +182,15 @@ def node_figure(info: dict[str, Any] | None = None):
     from hpclab.measure.sysinfo import system_info
 
     info = info or system_info()
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("CPU cores", "memory (GB)", "GPUs"))
-    fig.add_bar(
-        x=["node", "usable (yours)"],
-        y=[info["cores_node"], info["cores_usable"]],
-        row=1,
-        col=1,
-        showlegend=False,
+    fig = make_subplots(
+        rows=1, cols=3, subplot_titles=("CPU cores", "memory (GB)", "GPU memory (GB)")
     )
+    cores = [info["cores_node"], info["cores_usable"]]
+    fig.add_bar(x=["node", "yours"], y=cores, row=1, col=1, showlegend=False)
+    # Whole cores: no 0.5 tick on the axis.
+    fig.update_yaxes(dtick=1 if max(cores) <= 8 else None, rangemode="tozero", row=1, col=1)
     fig.add_bar(
-        x=["total", "available", "/dev/shm"],
+        x=["total", "free", "/dev/shm"],
         y=[info["mem_total_gb"], info["mem_available_gb"], info["shm_gb"]],
         row=1,
         col=2,
@@ -190,6 +204,7 @@ def node_figure(info: dict[str, Any] | None = None):
         col=3,
         showlegend=False,
     )
+    fig.update_yaxes(rangemode="tozero", row=1, col=3)
     fig.update_layout(title=f"{info['host']}: {info['cpu_model']}", height=320)
     return fig
 

@@ -124,6 +124,9 @@ write_conf() {
     echo "ClusterName=$CLUSTER"
     echo "SlurmctldHost=localhost(127.0.0.1)"
     echo "SlurmctldPort=$port"
+    # every daemon binds the address its host resolves to (127.0.0.1 here), never 0.0.0.0: other
+    # users of a shared machine cannot reach this cluster (slurm.conf(5), CommunicationParameters)
+    echo "CommunicationParameters=NoInAddrAny,NoCtldInAddrAny"
     echo "SlurmUser=slurm"
     echo "SlurmdUser=root"
     echo "AuthType=auth/munge"

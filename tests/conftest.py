@@ -56,12 +56,24 @@ def slurm(tmp_path_factory):
     except SlurmError as exc:
         mp.undo()
         pytest.fail(str(exc))
+    _daemons_on_loopback_only(local.local_dir() / "run")
     try:
         yield cluster
     finally:
         if not was_up:
             local.down()
         mp.undo()
+
+
+def _daemons_on_loopback_only(run_dir) -> None:
+    """The local cluster's munged, slurmctld and slurmd listen on 127.0.0.1 only."""
+    from listening import assert_loopback_only
+
+    pids = [int(p.read_text().strip()) for p in run_dir.glob("*.pid")]
+    # (a cluster left up by an older scripts/local_slurm.sh binds 0.0.0.0: restart it)
+    found = assert_loopback_only(pids, "the local Slurm (restart it if it is older)", tree=False)
+    names = {name for _, name, _, _ in found}
+    assert {"slurmctld", "slurmd"} <= names, f"the local Slurm's daemons listen on: {found}"
 
 
 @pytest.fixture

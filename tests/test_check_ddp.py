@@ -53,6 +53,27 @@ def no_set_epoch(ctx, steps, per_rank_batch, seed):
     return _train(ctx, steps, per_rank_batch, seed, set_epoch=False)
 
 
+def global_batch_everywhere(ctx, steps, per_rank_batch, seed):
+    """Every rank loads the whole global batch (world_size x per_rank_batch): DDP averages n
+    equal gradients, so the weights are right, and each rank did one process's whole work."""
+    data = ex.exercise_data(seed)
+    model = ex.exercise_model(seed)
+    smp = DistributedSampler(data, num_replicas=1, rank=0, seed=seed)
+    loader = DataLoader(data, batch_size=per_rank_batch * ctx.world_size, sampler=smp)
+    net = DDP(model)
+    opt = torch.optim.SGD(net.parameters(), lr=ex.LR)
+    done, epoch = 0, 0
+    while done < steps:
+        smp.set_epoch(epoch)
+        for x, y in loader:
+            if done == steps:
+                break
+            train_step(net, opt, x, y)
+            done += 1
+        epoch += 1
+    return torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+
+
 def two_replicas(ctx, steps, per_rank_batch, seed):
     """num_replicas hard-coded to the notebook's 2 ranks: right only in the default case."""
     data = ex.exercise_data(seed)
@@ -89,6 +110,8 @@ def test_ddp_training_accepts_solution_and_names_mistakes():
     assert not r.passed and "DistributedDataParallel" in r.message
     r = check.ddp_training(no_set_epoch)
     assert not r.passed and "set_epoch" in r.message
+    r = check.ddp_training(global_batch_everywhere)  # right weights, n times the work
+    assert not r.passed and "saw 32 samples in one step" in r.message, r.message
     r = check.ddp_training(not_done)  # the stub: "not yet", without launching ranks
     assert not r.passed and "not written yet" in r.message
 
@@ -173,6 +196,77 @@ def test_ring_hints_say_what_differs():
     assert not r.passed and "chunks [" in r.message and "the others right" in r.message
     r = check.ring(gather_wrong_chunks, world_sizes=(3,))  # nothing specific: no false claim
     assert not r.passed and "no chunk entirely right" in r.message, r.message
+
+
+def ring_calls_all_reduce(tensor, rank, world_size):
+    """The right sum by the library's collective: not a ring."""
+    import torch.distributed as dist
+
+    dist.all_reduce(tensor)
+    return tensor
+
+
+def ring_all_gather_then_sum(tensor, rank, world_size):
+    import torch.distributed as dist
+
+    parts = [torch.empty_like(tensor) for _ in range(world_size)]
+    dist.all_gather(parts, tensor)
+    tensor.copy_(torch.stack(parts).sum(0))
+    return tensor
+
+
+def ring_whole_tensor(tensor, rank, world_size):
+    """A ring that passes the whole running sum: n-1 steps of the full tensor, (n-1) x m per
+    rank instead of 2(n-1)/n x m (the same traffic at n = 2, where 2(n-1)/n = 1)."""
+    import torch.distributed as dist
+
+    n = world_size
+    box, travelling = torch.empty_like(tensor), tensor.clone()
+    for _ in range(n - 1):
+        req = dist.isend(travelling, dst=(rank + 1) % n)
+        dist.recv(box, src=(rank - 1) % n)
+        req.wait()
+        travelling = box.clone()
+        tensor.add_(travelling)
+    return tensor
+
+
+def ring_direct_exchange(tensor, rank, world_size):
+    """Everyone sends its whole tensor to everyone: right sum, no ring."""
+    import torch.distributed as dist
+
+    reqs = [dist.isend(tensor.clone(), dst=p) for p in range(world_size) if p != rank]
+    total = tensor.clone()
+    for p in range(world_size):
+        if p != rank:
+            box = torch.empty_like(tensor)
+            dist.recv(box, src=p)
+            total += box
+    for req in reqs:
+        req.wait()
+    tensor.copy_(total)
+    return tensor
+
+
+@pytest.mark.parametrize(
+    ("fn", "hint"),
+    [
+        (ring_calls_all_reduce, "by calling dist.all_reduce"),
+        (ring_all_gather_then_sum, "by calling dist.all_gather"),
+        (ring_whole_tensor, "not the whole tensor"),
+        (ring_direct_exchange, "sends only to its right neighbour"),
+    ],
+)
+def test_ring_check_rejects_the_right_sum_reached_without_a_ring(fn, hint):
+    """The sum alone cannot tell a ring: the check looks at what each rank sent, to whom."""
+    r = check.ring(fn, world_sizes=(3, 4))
+    assert not r.passed and hint in r.message, r.message
+
+
+def test_ring_check_needs_more_than_two_ranks_to_see_a_whole_tensor_ring():
+    # at 2 ranks passing the whole tensor once sends as much as a ring: why (2, 3, 4) are tried
+    assert check.ring(ring_whole_tensor, world_sizes=(2,)).passed
+    assert not check.ring(ring_whole_tensor).passed
 
 
 # --- busbw: a function, tried beyond the notebook's 2 ranks (where busbw == algbw) ----------

@@ -41,6 +41,25 @@ def test_top_self_rejects_cumulative_and_percent():
     assert not res.passed and "not the function" in res.message
 
 
+def test_top_self_rejects_the_cumulative_share_of_the_right_function():
+    """Right name, cumulative time: equal to the self time for a function that calls nothing,
+    so a profile whose top self-time function calls another is needed to tell them apart."""
+
+    def cum_share(stats):
+        func = max(stats.stats, key=lambda f: stats.stats[f][2])
+        return func[2], stats.stats[func][3] / stats.total_tt
+
+    res = check.top_self(cum_share)
+    assert not res.passed and "*cumulative* time" in res.message and "_heavy" in res.message
+
+    def share_of_itself(stats):  # self / its own cumulative time
+        func = max(stats.stats, key=lambda f: stats.stats[f][2])
+        return func[2], stats.stats[func][2] / stats.stats[func][3]
+
+    res = check.top_self(share_of_itself)
+    assert not res.passed and "stats.total_tt" in res.message, res.message
+
+
 # --- (b) the leak ---------------------------------------------------------------------------
 
 
@@ -65,6 +84,19 @@ def test_monitor_rejects_graph_and_item():
         lambda model, loss_fn, x, y: solution_monitor(model, loss_fn, x, y) * len(x)
     )
     assert not res.passed and "expected" in res.message
+
+
+def test_monitor_rejects_a_tensor_rebuilt_from_a_python_number():
+    """No graph, the right value, flat memory: only the way it was made is wrong (a sync)."""
+    for wrong in (
+        lambda model, loss_fn, x, y: torch.tensor(loss_fn(model(x), y).item()),
+        lambda model, loss_fn, x, y: torch.as_tensor(float(solution_monitor(model, loss_fn, x, y))),
+    ):
+        res = check.monitor_loss(wrong)
+        assert not res.passed and "made it from a Python number" in res.message, res.message
+    # detaching keeps it a tensor: no number is read, so no sync
+    res = check.monitor_loss(lambda model, loss_fn, x, y: loss_fn(model(x), y).detach())
+    assert res.passed, res.message
 
 
 # --- (c) the data path ----------------------------------------------------------------------
@@ -140,3 +172,20 @@ def test_matmul_bound_rejects_wrong_intensity(wrong):
 def test_matmul_bound_rejects_total_time_operator():
     res = check.matmul_bound(solution_bound, "aten::linear", TABLE)
     assert not res.passed and "total" in res.message
+
+
+@pytest.mark.parametrize(
+    "strict",
+    [
+        lambda m, k, n, r: (
+            "compute" if 2 * m * k * n / (4 * (m * k + k * n + m * n)) > r else "memory"
+        ),
+        lambda m, k, n, r: (
+            "memory" if 2 * m * k * n / (4 * (m * k + k * n + m * n)) <= r else "compute"
+        ),
+    ],
+    ids=["greater", "memory-at-or-below"],
+)
+def test_matmul_bound_tries_a_kernel_exactly_on_the_ridge(strict):
+    res = check.matmul_bound(strict, "aten::addmm", TABLE)
+    assert not res.passed and "the ridge point itself" in res.message, res.message

@@ -48,6 +48,34 @@ def test_array_plan_is_not_fooled_by_one_case():
     assert not array_plan(lambda *a: first).passed
 
 
+def _search(n, trial_s, start_s, slots, per_tasks):
+    """The solution's search over the given trials-per-task counts."""
+    best = None
+    for per_task in per_tasks:
+        tasks = math.ceil(n / per_task)
+        throttle = min(slots, tasks)
+        wall = math.ceil(tasks / throttle) * (start_s + per_task * trial_s)
+        if best is None or wall < best[0]:
+            best = (wall, throttle, per_task)
+    return best[1], best[2]
+
+
+def test_array_plan_tries_one_trial_and_one_slot():
+    # a search that stops one short of n_trials: right whenever there are several slots
+    stops_short = lambda n, t, s, slots: _search(n, t, s, slots, range(1, n))  # noqa: E731
+    r = array_plan(stops_short)  # with one trial it finds nothing: said, not raised
+    assert not r.passed and "n_trials=1," in r.message and "raised TypeError" in r.message
+    # made safe for one trial, it still misses the one-slot case: every trial in one task
+    r = array_plan(lambda n, t, s, slots: _search(n, t, s, slots, range(1, max(2, n))))
+    assert not r.passed and "slots=1" in r.message, r.message
+    assert "takes 180 s, the best takes 120 s" in r.message and "2 full waves" in r.message
+
+
+def test_array_plan_says_what_a_plan_that_returns_nothing_gave():
+    r = array_plan(lambda n, t, s, slots: None)
+    assert not r.passed and "two whole numbers" in r.message and "None" in r.message
+
+
 def keep_solution(c, m):
     return (
         c["ranks"] * c["threads"] <= m["cores"]

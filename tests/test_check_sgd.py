@@ -180,3 +180,27 @@ def test_ssp_rule_rejects(rule, advice):
     res = ssp_rule(rule)
     assert not res.passed and advice in res.message, res.message
     assert "min(clocks)" not in res.message  # feedback, not the answer
+
+
+def test_hogwild_loop_on_a_gpu_machine_runs_no_backward_in_the_kernel(monkeypatch):
+    """With a GPU visible, a process that ran a backward pass forks children that cannot run
+    autograd: the check keeps its own SGD out of this process (GPU visibility patched)."""
+    import os
+
+    import hpclab.dist.placement as placement
+
+    monkeypatch.setattr(placement, "gpu_count", lambda: 1)
+    parent, here = os.getpid(), []
+    for name in ("backward", "grad"):
+        original = getattr(torch.autograd, name)
+
+        def spy(*a, _original=original, **kw):
+            if os.getpid() == parent:
+                here.append(1)
+            return _original(*a, **kw)
+
+        monkeypatch.setattr(torch.autograd, name, spy)
+    assert check.hogwild_loop(solution).passed
+    res = check.hogwild_loop(lr_over_workers)  # needs the reference trajectories
+    assert not res.passed and "as if lr were 0.5 (halved)" in res.message, res.message
+    assert here == []

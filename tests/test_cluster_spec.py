@@ -47,13 +47,16 @@ def test_site_limits_are_checked_before_submission():
     nersc = profiles.load("perlmutter")
     ok = JobSpec(nodes=2, gpus_per_node=4, cpus_per_task=16, ntasks_per_node=4, account="m1234_g")
     assert ok.check_site(nersc) is ok
+    # NERSC's own layout: 4 tasks x -c 32 = the node's 128 hardware threads (Slurm's CPUs there)
+    full = JobSpec(nodes=2, gpus_per_node=4, cpus_per_task=32, ntasks_per_node=4, account="m1234_g")
+    assert full.check_site(nersc) is full
     cases = [
         (JobSpec(gpus_per_node=8, account="m1234_g"), "gpus_per_node=8 exceeds"),
         (JobSpec(time="3-00:00:00", account="m1234_g"), "allowed: <= 2-00:00:00"),
         (JobSpec(partition="gpu", account="m1234_g"), "allowed: debug, regular"),
         (JobSpec(), "account is required"),
         (JobSpec(account="def-smith"), "e.g. m1234_g"),
-        (JobSpec(ntasks_per_node=4, cpus_per_task=32, account="m1234_g"), "product <= 64"),
+        (JobSpec(ntasks_per_node=4, cpus_per_task=64, account="m1234_g"), "product <= 128"),
     ]
     for spec, words in cases:
         with pytest.raises(ConfigError, match=words.replace("(", r"\(")):

@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from listening import assert_loopback_only
 
 ROOT = Path(__file__).resolve().parents[1]
 pytest.importorskip("jupyterlab")
@@ -71,7 +72,10 @@ def _serve(tmp_path: Path, *args: str) -> tuple[list[str], str]:
         for _ in range(120):  # the URL is known a moment before the server accepts connections
             try:
                 with urllib.request.urlopen(req, timeout=30) as resp:
-                    return sorted(item["name"] for item in json.load(resp)["content"]), printed
+                    names = sorted(item["name"] for item in json.load(resp)["content"])
+                found = assert_loopback_only([proc.pid], "make lab's JupyterLab")
+                assert int(base.rsplit(":", 1)[1].strip("/")) in {port for *_, port in found}
+                return names, printed
             except urllib.error.URLError:
                 time.sleep(0.5)
         raise AssertionError(f"{base} never answered")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from hpclab import key_figures
 from hpclab.notebooks import CHECK_MARK
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +27,15 @@ def test_small_and_free_of_volatile_state(path):
     assert "application/vnd.jupyter.widget-view+json" not in text
     assert "cdn.plot.ly" not in text and "window.PlotlyConfig" not in text, "embedded plotly.js"
     for cell in nb["cells"]:
-        if cell["cell_type"] == "code" and CHECK_MARK not in "".join(cell["source"]):
+        if cell["cell_type"] != "code" or CHECK_MARK in "".join(cell["source"]):
+            continue
+        if key_figures.is_key_figure(cell):  # one small image, nothing else
+            assert key_figures.static_outputs(cell["outputs"]) == cell["outputs"], path.name
+            assert len(cell["outputs"]) <= 1
+            assert all(
+                len(o["data"][key_figures.PNG]) <= key_figures.MAX_CHARS for o in cell["outputs"]
+            )
+        else:
             assert not cell.get("outputs"), f"unchecked outputs stored in {path.name}"
 
 

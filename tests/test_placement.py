@@ -157,3 +157,14 @@ def test_cpus_split_into_one_disjoint_slice_per_rank_and_pin_each_rank():
     assert [o[3] for o in outs] == [[usable[0]], [usable[1]]]  # its DataLoader worker: inherited
     free = launch(_affinity, 1, device="cpu")[0]
     assert free[0] == usable and free[1] == ()  # no cpus: not pinned
+
+
+def test_one_device_vocabulary_request_kind_ran_on_torch_device():
+    """Requests say auto/cpu/cuda; where work ran is "cpu" or "cuda:N" (what the GPU tests and
+    every record use); the refusal names the ranks and the GPUs visible."""
+    assert place(1, "cuda", gpus=1).devices == ("cuda:0",)
+    assert place(2, "auto", gpus=2).devices == ("cuda:0", "cuda:1")
+    assert place(2, "auto", gpus=1).devices == ("cpu", "cpu")
+    with pytest.raises(LaunchError) as info:
+        place(2, "cuda", gpus=1)
+    assert "needs one GPU per rank: ranks=2 but 1 GPU(s) are visible" in str(info.value)

@@ -1,16 +1,21 @@
-"""Chapter 03: SnakeViz binds loopback on a free port, serves a proxy-safe page, and never
-outlives its kernel; py-spy attaches to a running training process."""
+"""Chapter 03: SnakeViz binds loopback on a free port, answers only under its secret path,
+serves a proxy-safe page, lives as long as its kernel and never outlives it; py-spy attaches to
+a running training process."""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 import textwrap
 import time
+import urllib.error
 import urllib.request
 
 import psutil
 import pytest
+from listening import assert_loopback_only
 
 from hpclab.profiling import cprofile_tree, pyspy_tool, snakeviz_server
 from hpclab.profiling.patient import train
@@ -29,24 +34,41 @@ def _listening(port: int) -> list:
     ]
 
 
-def test_snakeviz_loopback_relative_static_and_stops(prof_file):
+def _status(url: str) -> int:
+    try:
+        return urllib.request.urlopen(url, timeout=10).status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_snakeviz_loopback_secret_path_relative_static_and_stops(prof_file):
     server = snakeviz_server.serve(prof_file)
     try:
-        conns = _listening(server.port)
-        assert conns and all(c.laddr.ip == "127.0.0.1" for c in conns)
+        listeners = assert_loopback_only([server.proc.pid], "SnakeViz")
+        assert [p for _, _, _, p in listeners] == [server.port]
         html = urllib.request.urlopen(server.local_url, timeout=10).read().decode()
         assert "src='../static/snakeviz.js'" in html and 'src="/static/' not in html
-        js = (
-            urllib.request.urlopen(f"http://127.0.0.1:{server.port}/static/snakeviz.js", timeout=10)
-            .read()
-            .decode()
+        base = f"http://127.0.0.1:{server.port}"
+        js = urllib.request.urlopen(f"{base}/{server.token}/static/snakeviz.js", timeout=10)
+        assert "window.location.origin" not in js.read().decode()
+        # another user of the node reaches the port, but not the page without the secret
+        assert len(server.token) >= 32 and server.token not in " ".join(
+            psutil.Process(server.proc.pid).cmdline()
         )
-        assert "window.location.origin" not in js
-        assert server.proxy_path == f"/proxy/{server.port}/snakeviz/profile"
-        assert "Open SnakeViz" in server._repr_html_()
+        for path in ("/snakeviz/profile", "/static/snakeviz.js", "/x/snakeviz/profile", "/"):
+            assert _status(base + path) == 404, path
+        assert server.proxy_path == f"/proxy/{server.port}/{server.token}/snakeviz/profile"
+        # a click in JupyterLab opens a lab tab through the proxy, not a new browser tab
+        link = server._repr_html_()
+        assert 'data-commandlinker-command="server-proxy:open"' in link
+        args = json.loads(
+            re.search(r"data-commandlinker-args='([^']*)'", link).group(1).replace("&quot;", '"')
+        )
+        assert args["url"] == server.proxy_path and args["newBrowserTab"] is False
     finally:
         server.stop()
     assert not server.running() and not _listening(server.port)
+    assert "was stopped" in server._repr_html_()
 
 
 def test_snakeviz_dies_with_its_kernel(prof_file, tmp_path):

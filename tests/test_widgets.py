@@ -98,7 +98,9 @@ def test_a_disturbed_run_says_so_in_the_status_and_on_the_plot(monkeypatch):
 
     monkeypatch.setattr(cpu_share, "DISTURBED_CORES", -1.0)  # any run counts as disturbed
     monkeypatch.setattr(cpu_share, "WAITED_CORES", -1.0)
-    p = panel("hardware", fields=("cores",), fixed={"probe_size": 0})
+    monkeypatch.setattr(cpu_share, "MIN_WALL_S", 0.0)
+    # A live probe: a run that only evaluates the model (probe_size 0) carries no load note.
+    p = panel("hardware", fields=("cores",), fixed={"probe_size": 16})
     assert "these numbers are low" in p.status.value
     assert "these numbers are low" in p.figure.layout.title.text
 

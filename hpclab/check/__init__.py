@@ -10,6 +10,11 @@ same way: a ``...`` placeholder or a function that still raises ``NotImplemented
 "NOT YET: ..." at once. Under nbgrader (``NBGRADER_EXECUTION`` is set by ``nbgrader autograde``
 and ``validate``) or with ``HPCLAB_GRADING=1``, a check that does not pass prints its feedback and
 then raises :class:`CheckFailed`: nbgrader scores a test cell by whether it raises.
+
+An answer of the wrong type (a string, ``None``, a pandas Series where a number or a function
+belongs) gets a NOT YET that says what the check expected, and so does an answer the check could
+not use; a NOT YET ends with the :func:`hint` call that reveals that exercise's hints one tier at
+a time (texts and expected types: :mod:`hpclab.check.hints`).
 """
 
 from __future__ import annotations
@@ -123,7 +128,12 @@ def exercise_check(fn: Callable[..., CheckResult]) -> Callable[..., CheckResult]
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> CheckResult:
+        from hpclab.check import hints
+
         result = _unsolved(args, kwargs)
+        wrong = hints.wrong_type(fn, args, kwargs) if result is None else None
+        if wrong:
+            result = failed(wrong)
         if result is None:
             try:
                 result = fn(*args, **kwargs)
@@ -132,6 +142,13 @@ def exercise_check(fn: Callable[..., CheckResult]) -> Callable[..., CheckResult]
                     "part of your code still raises NotImplementedError: replace the stub with "
                     "your code and run that cell again"
                 )
+            except Exception as err:  # noqa: BLE001 - an answer the check could not use
+                result = failed(
+                    f"{fn.__name__} could not use your answer ({error_line(err)}); it expects "
+                    f"{hints.expected(fn)}"
+                )
+        if not result.passed:
+            result = failed(hints.with_pointer(result.message, fn.__name__))
         if args:
             _LAST[id(args[0])] = (args[0], result.passed)
         if not result.passed and grading():
@@ -140,6 +157,13 @@ def exercise_check(fn: Callable[..., CheckResult]) -> Callable[..., CheckResult]
         return result
 
     return wrapper
+
+
+def hint(exercise: str, n: int = 1) -> Any:
+    """Hint ``n`` (1-3) of an exercise, one tier at a time; the id is its check's name."""
+    from hpclab.check.hints import show
+
+    return show(exercise, n)
 
 
 def as_number(value: object, name: str) -> float | CheckResult:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hpclab.check import CheckResult, exercise_check, failed, passed
+from hpclab.check.save_probe import Protocol, Step
 from hpclab.cluster import profiles
 from hpclab.cluster.script import parse_header, render
 from hpclab.cluster.spec import JobSpec, array_indices
@@ -69,58 +70,130 @@ def check_jobspec(spec: Any, site: str = "alliance") -> CheckResult:
 # Exercise (b): an atomic checkpoint writer save(obj, path).
 
 
+def _ckpt(step: int) -> dict[str, Any]:
+    import torch
+
+    return {"step": step, "w": torch.arange(4.0) + step}
+
+
 def _write_in_child(save: Callable, big: Any, path: str) -> None:
     save({"step": 2, "big": big}, path)
 
 
-@exercise_check
-def check_atomic_save(save: Callable[[Any, str], Any]) -> CheckResult:
-    """``save(obj, path)`` must survive ``kill -9`` mid-write, fsync, and rename in one step."""
+def _write_killed(save: Callable, path: str, point: int) -> None:
+    with Protocol(kill_at=point):
+        save(_ckpt(2), path)
+
+
+def _loads(path: str) -> tuple[int | None, str]:
+    """The step of the checkpoint at ``path``, or None and why it could not be read."""
     import torch
 
+    if not os.path.exists(path):
+        return None, f"{os.path.basename(path)} did not exist"
+    try:
+        return torch.load(path, weights_only=False).get("step"), ""
+    except Exception:  # noqa: BLE001 - any unreadable file is the finding
+        return None, f"{os.path.basename(path)} could not be loaded (a torn file)"
+
+
+def _same(a: str, b: str) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _protocol(steps: list[Step], path: str) -> CheckResult | None:
+    """The durable-write protocol, read from the recorded steps of one save over an old file."""
+    name = os.path.basename(path)
+    if not any(s.name == "fsync" for s in steps):
+        return failed(
+            "no os.fsync: a rename can reach the disk before the data does, "
+            "so after a crash of the node the new name may hold an empty file"
+        )
+    moves = [
+        i
+        for i, s in enumerate(steps)
+        if s.name in ("replace", "rename")
+        and _same(s.target, path)
+        and _same(os.path.dirname(os.path.abspath(s.path)), os.path.dirname(path))
+    ]
+    if not moves:
+        return failed(
+            "the final name must appear in one os.replace (or os.rename) of a file written "
+            "in the same directory; a copy from elsewhere is not atomic"
+        )
+    last = moves[-1]
+    moved = steps[last]
+    if any(s.name in ("remove", "unlink") and _same(s.path, path) for s in steps[:last]):
+        return failed(
+            f"you remove the old {name} before the rename: a crash between the two leaves no "
+            "checkpoint at all. os.replace swaps the new file in over the old one in one step"
+        )
+    synced = [s for s in steps[:last] if s.name == "fsync" and s.inode == moved.inode]
+    if not synced:
+        if any(s.name == "fsync" and s.inode == moved.inode for s in steps[last + 1 :]):
+            return failed(
+                "os.fsync comes after the rename: until then the new name can point at data "
+                "still in the page cache. fsync the temporary file, then rename it"
+            )
+        what = (
+            "a directory" if all(s.is_dir for s in steps if s.name == "fsync") else "another file"
+        )
+        return failed(
+            f"os.fsync ran on {what}, not on the temporary file that becomes {name}: fsync that "
+            "file's descriptor once it is written, before the rename"
+        )
+    if max(s.size for s in synced) < moved.size:
+        size = max(s.size for s in synced)
+        return failed(
+            f"os.fsync ran when {size} of the file's {moved.size} bytes had reached it: the "
+            "rest was still in Python's buffer. Call f.flush() before os.fsync(f.fileno())"
+        )
+    return None
+
+
+@exercise_check
+def check_atomic_save(save: Callable[[Any, str], Any]) -> CheckResult:
+    """``save(obj, path)`` over an existing checkpoint must write a temporary file in the same
+    directory, fsync it once all its bytes are written, and rename it over the old one, removing
+    nothing first. Then a ``kill -9`` at every step of that protocol, and one while a large
+    checkpoint's bytes are being written, must leave a complete checkpoint (old or new)."""
+    import torch
+
+    if not callable(save):
+        return failed(f"pass your function save itself, got {type(save).__name__}")
     with tempfile.TemporaryDirectory(prefix="hpclab-ckpt-check-") as d:
         path = os.path.join(d, "ckpt.pt")
-        calls: dict[str, list] = {"fsync": [], "rename": []}
-        real_fsync, real_replace, real_rename = os.fsync, os.replace, os.rename
-
-        def fsync(fd):
-            calls["fsync"].append(fd)
-            return real_fsync(fd)
-
-        def replace(src, dst, *a, **k):
-            calls["rename"].append((os.fspath(src), os.fspath(dst)))
-            return real_replace(src, dst, *a, **k)
-
-        def rename(src, dst, *a, **k):
-            calls["rename"].append((os.fspath(src), os.fspath(dst)))
-            return real_rename(src, dst, *a, **k)
-
-        os.fsync, os.replace, os.rename = fsync, replace, rename
         try:
-            save({"step": 1, "w": torch.arange(4.0)}, path)
+            save(_ckpt(0), path)  # the old checkpoint the next save replaces
+            with Protocol() as trace:
+                save(_ckpt(1), path)
         except Exception as exc:
             return failed(f"save raised {type(exc).__name__}: {exc}")
-        finally:
-            os.fsync, os.replace, os.rename = real_fsync, real_replace, real_rename
         try:
             back = torch.load(path, weights_only=False)
         except Exception as exc:
             return failed(f"torch.load could not read what save wrote to {path}: {exc}")
-        if back.get("step") != 1 or not torch.equal(back.get("w"), torch.arange(4.0)):
+        if back.get("step") != 1 or not torch.equal(back.get("w"), _ckpt(1)["w"]):
             return failed("torch.load(path) does not give back the saved dict")
-        if not calls["fsync"]:
-            return failed(
-                "no os.fsync: a rename can reach the disk before the data does, "
-                "so after a crash of the node the new name may hold an empty file"
+        wrong = _protocol(trace.steps, path)
+        if wrong is not None:
+            return wrong
+        # kill -9 at every step boundary of the protocol: before and after each call
+        for point in range(2 * len(trace.steps)):
+            proc = multiprocessing.get_context("fork").Process(
+                target=_write_killed, args=(save, path, point)
             )
-        same_dir = [
-            s for s, t in calls["rename"] if Path(t) == Path(path) and Path(s).parent == Path(d)
-        ]
-        if not same_dir:
-            return failed(
-                "the final name must appear in one os.replace (or os.rename) of a file written "
-                "in the same directory; a copy from elsewhere is not atomic"
-            )
+            proc.start()
+            proc.join(60)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+            step, why = _loads(path)
+            if step not in (1, 2):
+                return failed(
+                    f"after kill -9 {trace.window(point)}, {why or 'it held another checkpoint'}:"
+                    " at every moment the name must hold a complete checkpoint, old or new"
+                )
         # kill -9 while a large checkpoint is being written: the old one must still load
         big = torch.zeros(150_000_000, dtype=torch.uint8)
         before = {p.name: p.stat().st_size for p in Path(d).iterdir()}
@@ -136,14 +209,12 @@ def check_atomic_save(save: Callable[[Any, str], Any]) -> CheckResult:
             time.sleep(0.002)
         proc.kill()
         proc.join()
-        try:
-            state = torch.load(path, weights_only=False)
-        except Exception:
+        step, why = _loads(path)
+        if step is None:
             return failed(
-                f"after kill -9 during the write, {os.path.basename(path)} could not be loaded: "
-                "the final name was being written in place"
+                f"after kill -9 during the write, {why}: the final name was being written in place"
             )
-        if state.get("step") != 1:
+        if step not in (1, 2):
             return failed(
                 "after kill -9 the file held a different checkpoint than the last complete one"
             )
@@ -154,7 +225,8 @@ def check_atomic_save(save: Callable[[Any, str], Any]) -> CheckResult:
 
 
 # Exercise (c): --array and its throttle for N trials on K GPUs (one GPU per trial).
-CASES = ((16, 4), (10, 3), (6, 8), (1, 1))
+# (20, 4) and (7, 2): N // K is not K (at 16/4 and 10/3 it is); (6, 8): more GPUs than trials
+CASES = ((16, 4), (10, 3), (20, 4), (7, 2), (6, 8), (1, 1))
 
 
 @exercise_check
@@ -175,11 +247,15 @@ def check_array_plan(plan: Callable[[int, int], str], trial_minutes: float = 20.
                 f"trials are numbered 0..{n - 1} and both ends of a Slurm range are included"
             )
         if "%" not in text:
+            if n <= k:
+                continue  # every task has a GPU: no throttle needed
             return failed(
                 f"plan({n}, {k}) = {text!r} has no %throttle: all {n} tasks may start at once "
                 f"although only {k} GPUs are yours"
             )
         throttle = int(text.split("%")[1])
+        if throttle < 1:
+            return failed(f"plan({n}, {k}) = {text!r}: a throttle of %{throttle} runs no task")
         if throttle > k and throttle < n:
             return failed(
                 f"plan({n}, {k}) = {text!r} lets {throttle} tasks run at once on {k} GPUs"

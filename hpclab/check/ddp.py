@@ -46,8 +46,12 @@ def _ddp_case(worker: Callable[..., Any], ranks: int) -> CheckResult:
 
     preload()  # forked ranks inherit DDP's imports instead of paying for them each
     try:
-        outs = launch(
-            worker, ranks, args=(ex.STEPS, ex.PER_RANK_BATCH, ex.SEED), timeout_s=20, deadline_s=120
+        runs = launch(
+            _ddp_entry,
+            ranks,
+            args=(worker, ex.STEPS, ex.PER_RANK_BATCH, ex.SEED),
+            timeout_s=20,
+            deadline_s=120,
         )
     except RankError as err:
         text = error_line(err)
@@ -55,6 +59,18 @@ def _ddp_case(worker: Callable[..., Any], ranks: int) -> CheckResult:
         if "Invalid rank" in str(err):
             hint = ": the sampler needs num_replicas=ctx.world_size (not a fixed number)"
         return failed(f"on {ranks} ranks your training failed: {text}{hint}")
+    outs = [out for out, _ in runs]
+    biggest = max((max(seen, default=0) for _, seen in runs), default=0)
+    if biggest > ex.PER_RANK_BATCH:
+        # the weights alone cannot tell: n ranks that each train on the whole global batch
+        # end exactly where one process does, having done n times the work
+        return failed(
+            f"on {ranks} ranks a rank's model saw {biggest} samples in one step; each rank's "
+            f"share is per_rank_batch = {ex.PER_RANK_BATCH}. Ranks that each process the whole "
+            "global batch end with the right weights but do all the work n times over: the "
+            "DataLoader takes batch_size=per_rank_batch, and the DistributedSampler deals "
+            "each rank its own samples"
+        )
     if not all(isinstance(o, torch.Tensor) for o in outs):
         kinds = sorted({type(o).__name__ for o in outs})
         return failed(
@@ -93,9 +109,36 @@ def _ddp_case(worker: Callable[..., Any], ranks: int) -> CheckResult:
     )
 
 
+def _ddp_entry(ctx: Any, worker: Callable[..., Any], steps: int, batch: int, seed: int) -> tuple:
+    """The student's worker, and the batch sizes its model's first layer saw in training
+    (grad enabled) on this rank."""
+    import torch
+
+    from hpclab.ddp import serial_loop as ex
+
+    seen: list[int] = []
+
+    def record(module: Any, args: tuple) -> None:
+        x = args[0] if args else None
+        if not torch.is_grad_enabled():
+            return  # an evaluation under no_grad is not a training step
+        if isinstance(module, torch.nn.Linear) and module.in_features == ex.FEATURES:
+            if isinstance(x, torch.Tensor) and x.dim() == 2:
+                seen.append(int(x.shape[0]))
+
+    hook = torch.nn.modules.module.register_module_forward_pre_hook(record)
+    try:
+        out = worker(ctx, steps, batch, seed)
+    finally:
+        hook.remove()
+    return out, seen
+
+
 def _ring_check_worker(ctx: Any, fn: Callable[..., Any], numels: tuple[int, ...]) -> list:
     import torch
     import torch.distributed as dist
+
+    from hpclab.check.comm_probe import CommProbe
 
     n = ctx.world_size
     out = []
@@ -104,7 +147,8 @@ def _ring_check_worker(ctx: Any, fn: Callable[..., Any], numels: tuple[int, ...]
         ref = x.clone()
         dist.all_reduce(ref)
         mine = x.clone()
-        ret = fn(mine, ctx.rank, n)
+        with CommProbe() as probe:
+            ret = fn(mine, ctx.rank, n)
         tol = 1e-4 * max(1, numel)
 
         def close(a: Any, b: Any, tol: float = tol) -> bool:
@@ -125,15 +169,51 @@ def _ring_check_worker(ctx: Any, fn: Callable[..., Any], numels: tuple[int, ...]
                     close(a, b)
                     for a, b in zip(mine.tensor_split(n), ref.tensor_split(n), strict=True)
                 ],
+                "collectives": probe.collectives(),
+                "send_peers": sorted(probe.peers("send", "isend")),
+                "recv_peers": sorted(probe.peers("recv", "irecv")),
+                "sent": probe.sent_numel(),
             }
         )
     return out
 
 
+def _ring_traffic(n: int, rank: int, row: dict) -> str | None:
+    """What a right sum reached by the wrong communication sent (the result alone cannot say)."""
+    numel = row["numel"]
+    where = f"with {n} ranks and {numel} elements, rank {rank}"
+    if row["collectives"]:
+        return (
+            f"{where} got the right sum by calling dist.{row['collectives'][0]}: the exercise "
+            "builds the all-reduce itself, from dist.isend and dist.recv along the ring"
+        )
+    right, left = (rank + 1) % n, (rank - 1) % n
+    ring = ({right}, {left}) if n > 1 else (set(), set())
+    sends, recvs = set(row["send_peers"]), set(row["recv_peers"])
+    if sends and (sends, recvs) not in (ring, ring[::-1]):
+        return (
+            f"{where} sent to ranks {sorted(sends)} and received from {sorted(recvs)}: in a "
+            f"ring each rank sends only to its right neighbour ({right}) and receives only "
+            f"from its left ({left})"
+        )
+    most = 2 * (n - 1) * -(-numel // n)  # 2(n-1) chunks of at most ceil(numel / n) elements
+    if row["sent"] > most:
+        return (
+            f"{where} sent {row['sent']} elements; a ring all-reduce sends 2(n-1) chunks of "
+            f"numel/n, {most} at most: each step passes one chunk, not the whole tensor"
+        )
+    if numel >= n and not sends:
+        return (
+            f"{where} got the right sum but the check saw no dist.isend or dist.send: call "
+            "them as dist.isend / dist.recv (import torch.distributed as dist)"
+        )
+    return None
+
+
 def _ring_advice(n: int, rank: int, row: dict) -> str | None:
     numel = row["numel"]
     if row["err"] <= 1e-4 * max(1, numel):
-        return None
+        return _ring_traffic(n, rank, row)
     where = f"with {n} ranks and {numel} elements, rank {rank}"
     if row["unchanged"] and row["returned"]:
         return (

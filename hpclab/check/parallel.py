@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 from hpclab.check import CheckResult, as_number, exercise_check, failed, passed
@@ -92,6 +93,8 @@ def bubble(fn: Callable[[int, int], Any]) -> CheckResult:
             value = as_number(fn(p, m), f"bubble_fraction({p}, {m})")
         except NotImplementedError:
             return failed("replace the `raise NotImplementedError(...)` with your formula")
+        except Exception as err:  # noqa: BLE001 - feedback, not a traceback
+            return failed(f"bubble_fraction({p}, {m}) raised {type(err).__name__}: {err}")
         if isinstance(value, CheckResult):
             return value
         want = (p - 1) / (m + p - 1)
@@ -111,19 +114,41 @@ def bubble(fn: Callable[[int, int], Any]) -> CheckResult:
     return passed(f"your formula matches (p-1)/(m+p-1) for (p, m) in {list(BUBBLE_CASES)}.")
 
 
-# targets where (p-1)(1-target)/target is not a whole number: rounding, not float noise, decides
-MICRO_CASES = ((4, 0.07), (2, 0.3), (8, 0.13), (3, 0.035), (4, 0.45))
+MICRO_CASES = (
+    # (p-1)(1-target)/target not whole: rounding decides
+    (4, 0.07), (2, 0.3), (8, 0.13), (3, 0.035), (4, 0.45),
+    # whole, and exact in binary too: a bubble equal to the target is allowed (floor + 1 and
+    # a strict < give one too many)
+    (4, 0.25), (2, 0.5),
+    # whole in decimal but not in binary: a float quotient lands a hair above and ceil rounds up
+    (4, 0.2), (8, 0.7),
+)  # fmt: skip
+
+
+def _quotient(p: int, target: float) -> Fraction:
+    """(p-1)(1-target)/target exactly, for the decimal ``target`` the caller wrote."""
+    t = Fraction(str(target))
+    return (p - 1) * (1 - t) / t
+
+
+def least_micro_batches(p: int, target: float) -> int:
+    """The least m >= 1 with (p-1)/(m+p-1) <= target, in exact arithmetic."""
+    return max(1, math.ceil(_quotient(p, target)))
 
 
 @exercise_check
 def micro_batches(fn: Callable[[int, float], Any]) -> CheckResult:
-    """``fn(p, target)`` = the smallest m whose bubble (p-1)/(m+p-1) is at most ``target``."""
+    """``fn(p, target)`` = the smallest m whose bubble (p-1)/(m+p-1) is at most ``target``;
+    tried where the quotient needs rounding up, where it is whole, and where it is whole in
+    decimal but not in binary floating point."""
     for p, target in MICRO_CASES:
         try:
             m = fn(p, target)
         except NotImplementedError:
             return failed("replace the `raise NotImplementedError(...)` with your code")
-        want = next(k for k in range(1, 10**6) if (p - 1) / (k + p - 1) <= target + 1e-12)
+        except Exception as err:  # noqa: BLE001 - feedback, not a traceback
+            return failed(f"micro_batches_for({p}, {target}) raised {type(err).__name__}: {err}")
+        want = least_micro_batches(p, target)
         number = as_number(m, f"micro_batches_for({p}, {target})")
         if isinstance(number, CheckResult) or not number.is_integer():
             return failed(f"micro_batches_for({p}, {target}) = {m!r}: m is a whole number")
@@ -131,17 +156,47 @@ def micro_batches(fn: Callable[[int, float], Any]) -> CheckResult:
         if m == want:
             continue
         where = f"micro_batches_for({p}, {target}) = {m}"
+        q = _quotient(p, target)
         if m < want:
             got = (p - 1) / (m + p - 1) if m > 0 else float("inf")
             return failed(f"{where} leaves a bubble of {got:.3f} > {target}: round up, not down")
+        if q.denominator == 1 and m == want + 1:
+            if math.ceil((p - 1) * (1 - target) / target) == m:
+                return failed(
+                    f"{where}: (p-1)(1-target)/target is exactly {q} here, but in floating point "
+                    f"{target} is not exact and the quotient lands a hair above {q}, so ceil "
+                    "rounds it up. Count in exact arithmetic (fractions.Fraction, or integers)"
+                )
+            return failed(
+                f"{where}: (p-1)(1-target)/target is exactly {q}, and m = {q} gives a bubble "
+                f"equal to {target}, which is allowed (at most): floor + 1, or a strict <, "
+                "gives one too many"
+            )
         return failed(f"{where}: a smaller m already reaches a bubble <= {target}; take the least")
     return passed(
         "the least m with (p-1)/(m+p-1) <= target, i.e. m >= (p-1)(1-target)/target rounded up."
     )
 
 
+def _column_traffic(probe: Any, w: Any, b: Any, slice_numel: int) -> tuple:
+    """A right output reached by the wrong traffic: the weight gathered (every rank then holds
+    the whole layer), or more than this rank's output slice sent."""
+    import torch
+
+    def is_param(t: Any) -> bool:
+        return any(t.shape == p.shape and torch.equal(t, p) for p in (w, w.T, b))
+
+    if any(is_param(t) for c in probe.calls for t in c.sent):
+        return ("weights",)
+    if probe.sent_numel() > slice_numel:
+        return ("traffic", probe.sent_numel(), slice_numel, probe.collectives())
+    return ("ok",)
+
+
 def _column_worker(ctx: Any, fn: Callable[..., Any], shapes: tuple) -> list:
     import torch
+
+    from hpclab.check.comm_probe import CommProbe
 
     rows = []
     for batch, d_in, d_out in shapes:
@@ -150,7 +205,7 @@ def _column_worker(ctx: Any, fn: Callable[..., Any], shapes: tuple) -> list:
         x = torch.randn(batch, d_in)
         w = full.weight.detach().chunk(ctx.world_size, dim=0)[ctx.rank].clone()
         b = full.bias.detach().chunk(ctx.world_size)[ctx.rank].clone()
-        with torch.no_grad():
+        with torch.no_grad(), CommProbe() as probe:
             y = fn(x, w, b)
             ref = full(x)
             no_bias = x @ full.weight.T
@@ -163,7 +218,7 @@ def _column_worker(ctx: Any, fn: Callable[..., Any], shapes: tuple) -> list:
         elif tuple(y.shape) != tuple(ref.shape):
             rows.append(("shape", tuple(y.shape), tuple(ref.shape)))
         elif torch.allclose(y, ref, atol=1e-5):
-            rows.append(("ok",))
+            rows.append(_column_traffic(probe, w, b, batch * (d_out // ctx.world_size)))
         elif torch.allclose(y, no_bias, atol=1e-5):
             rows.append(("bias",))
         elif torch.allclose(y, flipped, atol=1e-5):
@@ -200,6 +255,22 @@ def column_forward(fn: Callable[..., Any], world_sizes: tuple[int, ...] = (2, 4)
                     else:
                         hint = "the output has one row per sample and one column per feature"
                     return failed(f"{where}: shape {got}, expected {want}; {hint}")
+                if row[0] == "weights":
+                    return failed(
+                        f"{where}: the output is right, but you gathered the layer's weights: "
+                        "every rank then holds the whole layer, the memory the split is meant "
+                        "to save. Keep the weights where they are; compute this rank's slice of "
+                        "the output and all-gather the output slices"
+                    )
+                if row[0] == "traffic":
+                    sent, slice_numel, names = row[1], row[2], row[3]
+                    via = f" (through dist.{names[0]})" if names else ""
+                    return failed(
+                        f"{where}: the output is right, but this rank sent {sent} numbers{via}; "
+                        f"its output slice is {slice_numel}. An all-gather of the slices sends "
+                        "each rank's slice once (an all-reduce of a zero-padded output sends "
+                        "the whole output)"
+                    )
                 if row[0] == "bias":
                     return failed(f"{where}: the output lacks the bias; add this rank's slice")
                 if row[0] == "order":

@@ -25,7 +25,12 @@ def _light(n: int) -> int:
 
 
 def _heavy(n: int) -> int:
-    return _spin(n)
+    """Its own loop, then a loop half as long in ``_spin``: the top self-time function is not a
+    leaf, so its cumulative time (about 1.5x its self time) is not its self time."""
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total + _spin(n // 2)
 
 
 def _outer(heavy: int, light: int, reps: int) -> int:
@@ -36,7 +41,8 @@ def _outer(heavy: int, light: int, reps: int) -> int:
 
 
 def _case_profiles() -> list[tuple[str, pstats.Stats]]:
-    """Profiles whose top self-time function differs (and differs from the top cumulative)."""
+    """Profiles whose top self-time function differs (and differs from the top cumulative);
+    in the first it calls another function, so its cumulative time is not its self time."""
     out = []
     for label, call in (
         ("a Python loop under two wrappers", lambda: _outer(200_000, 1000, 3)),
@@ -53,11 +59,13 @@ def _case_profiles() -> list[tuple[str, pstats.Stats]]:
     return out
 
 
-def _truth(stats: pstats.Stats) -> tuple[str, float, str]:
+def _truth(stats: pstats.Stats) -> tuple[str, float, str, float]:
+    """(top self-time function, its self share, top cumulative function, its cumulative share)."""
     raw = stats.stats  # type: ignore[attr-defined]
     func = max(raw, key=lambda f: raw[f][2])
     by_cum = max((f for f in raw if raw[f][4]), key=lambda f: raw[f][3])
-    return func[2], raw[func][2] / stats.total_tt, by_cum[2]  # type: ignore[attr-defined]
+    total = stats.total_tt  # type: ignore[attr-defined]
+    return func[2], raw[func][2] / total, by_cum[2], raw[func][3] / total
 
 
 @exercise_check
@@ -65,7 +73,7 @@ def top_self(fn: Callable[[pstats.Stats], tuple[str, float]]) -> CheckResult:
     """``fn(stats) -> (function name, share of total time)`` for the top self-time function;
     checked on three profiles against pstats' own numbers."""
     for label, stats in _case_profiles():
-        want_name, want_share, cum_name = _truth(stats)
+        want_name, want_share, cum_name, cum_share = _truth(stats)
         try:
             got = fn(stats)
             name, share = got
@@ -83,6 +91,12 @@ def top_self(fn: Callable[[pstats.Stats], tuple[str, float]]) -> CheckResult:
             return failed(f"on {label}: {name!r} is not the function with the most self time")
         if 1.5 < share <= 100 and abs(share / 100 - want_share) < 0.02:
             return failed(f"on {label}: give the share as a fraction of 1, not in percent")
+        if abs(share - want_share) > 0.02 and abs(share - cum_share) <= 0.02:
+            return failed(
+                f"on {label}: share {share:.3f} is {name!r}'s *cumulative* time (pstats' "
+                f"cumtime, index 3) over the total; its self time (tottime, index 2) gives "
+                f"{want_share:.3f}. The two agree only for a function that calls nothing"
+            )
         if abs(share - want_share) > 0.02:
             return failed(
                 f"on {label}: share {share:.3f} is off; divide that function's self time by the "
@@ -106,6 +120,28 @@ def _rss_growth(monitor_fn: Callable | None, steps: int) -> tuple[float, float]:
     return ramp_mib_per_s(recs) * run.seconds, run.monitor_loss
 
 
+def _reads_a_number(fn: Callable, *args: Any) -> bool:
+    """Whether ``fn(*args)`` copies a tensor's value into Python (``.item()``, ``float()``,
+    ``int()``): on a GPU each of these waits for the device. Seen as the aten op
+    ``_local_scalar_dense`` that they dispatch to (on a CPU too, where nothing waits)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Watch(TorchDispatchMode):
+        seen = False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            if "_local_scalar_dense" in str(func):
+                Watch.seen = True
+            return func(*args, **(kwargs or {}))
+
+    try:
+        with Watch():
+            fn(*args)
+    except Exception:  # noqa: BLE001 - the plain call above already ran without raising
+        return False
+    return Watch.seen
+
+
 @exercise_check
 def monitor_loss(fn: Callable) -> CheckResult:
     """``fn(model, loss_fn, x, y)`` returns the monitoring loss to add to a running total,
@@ -126,6 +162,13 @@ def monitor_loss(fn: Callable) -> CheckResult:
             f"it returns a {type(got).__name__}: turning the loss into a Python number "
             "(.item(), float()) waits for the device every step (the item-sync fault). "
             "Return a tensor that carries no graph."
+        )
+    if _reads_a_number(fn, model, loss_fn, x, y):
+        # torch.tensor(loss.item()) returns a tensor without a graph: the value alone passes
+        return failed(
+            "it returns a tensor, but made it from a Python number (.item(), float()): "
+            "reading the number waits for the device every step (the item-sync "
+            "fault) even though the result is a tensor again. Keep the loss a tensor throughout"
         )
     if got.grad_fn is not None or got.requires_grad:
         return failed(
@@ -233,6 +276,7 @@ BOUND_CASES = (
     (2048, 2048, 2048, 12.0),
     (64, 784, 128, 25.0),  # the same layer on a machine with a higher ridge point (a GPU)
     (16, 512, 512, 7.0),
+    (72, 72, 72, 12.0),  # exactly on the ridge (2 x 72^3 / (4 x 3 x 72^2) = 12): > vs >= differ
 )
 
 
@@ -262,10 +306,19 @@ def matmul_bound(fn: Callable[[int, int, int, float], str], top_op: str, table: 
             return failed(f"your function raised {error_line(err)} for m,k,n={m},{k},{n}")
         if got not in ("compute", "memory"):
             return failed(f"answer 'compute' or 'memory', got {got!r}")
+        if got != want and _intensity(m, k, n) == ridge:
+            return failed(
+                f"[{m},{k}] @ [{k},{n}] has an intensity of exactly {ridge:g} FLOP/byte, the "
+                "ridge point itself: there both roofs meet and the kernel already reaches the "
+                "compute peak, so it counts as compute-bound (use >=, not >)"
+            )
         if got != want:
             return failed(
                 f"[{m},{k}] @ [{k},{n}] with a ridge at {ridge} FLOP/byte: expected {want}. "
                 "Intensity = FLOPs (2 per multiply-add) / bytes moved (4 per fp32 element of "
                 "A, B and C); at or above the ridge point a kernel is compute-bound."
             )
-    return passed("right operator (most self time), and five matmuls placed on the roofline right.")
+    return passed(
+        f"right operator (most self time), and {len(BOUND_CASES)} matmuls placed on the "
+        "roofline right."
+    )

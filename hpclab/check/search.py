@@ -16,6 +16,13 @@ ARRAY_CASES = [
     (1000, 0.5, 5.0, 4),
     (40, 60.0, 20.0, 64),
     (7, 10.0, 2.0, 3),
+    (1, 30.0, 5.0, 4),  # one trial
+    (
+        12,
+        5.0,
+        60.0,
+        1,
+    ),  # one slot: one task with every trial (a search that stops at n-1 misses it)
 ]
 
 
@@ -46,10 +53,14 @@ def array_plan(plan: Callable[[int, float, float, int], tuple[int, int]]) -> Che
         case = f"n_trials={n}, trial_s={t}, start_s={s}, slots={slots}"
         try:
             out = plan(n, t, s, slots)
+        except Exception as err:  # noqa: BLE001 - feedback, not a traceback
+            return failed(f"plan_array({case}) raised {type(err).__name__}: {err}")
+        try:
             throttle, per_task = (int(v) for v in out)
         except (TypeError, ValueError):
             return failed(
-                f"plan_array({case}) should return two whole numbers (throttle, per_task)"
+                f"plan_array({case}) should return two whole numbers (throttle, per_task), "
+                f"got {out!r}"
             )
         if throttle < 1 or per_task < 1:
             return failed(f"plan_array({case}) gave ({throttle}, {per_task}): both must be >= 1")
@@ -68,6 +79,11 @@ def array_plan(plan: Callable[[int, float, float, int], tuple[int, int]]) -> Che
                 why = f"only {tasks} tasks for {slots} slots: fewer trials per task would use every slot"
             elif throttle < min(slots, tasks):
                 why = f"a throttle of %{throttle} leaves slots idle while tasks wait"
+            elif tasks % throttle == 0:
+                why = (
+                    f"your {tasks} tasks run in {tasks // throttle} full waves, each paying the "
+                    f"{s:g} s start-up again: more trials per task need fewer waves"
+                )
             else:
                 why = "the last wave of tasks runs mostly empty: balance trials per task over the slots"
             return failed(

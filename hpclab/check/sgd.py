@@ -3,6 +3,7 @@ version tracking, and the stale-synchronous (bounded staleness) rule."""
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable
@@ -33,7 +34,7 @@ def _half_problems(seed: int = 5):
                 y[:3000],
                 xr[3000:],
                 y[3000:],
-                lambda: SparseLogReg(_FEATURES),
+                functools.partial(SparseLogReg, _FEATURES),
                 torch.nn.functional.binary_cross_entropy_with_logits,
                 binary=True,
             )
@@ -75,7 +76,7 @@ def _constant_problem(rank: int):
         y,
         x[:8],
         y[:8],
-        lambda: SparseLogReg(_FEATURES),
+        functools.partial(SparseLogReg, _FEATURES),
         torch.nn.functional.binary_cross_entropy_with_logits,
         binary=True,
     )
@@ -87,7 +88,24 @@ def _private_entry(ctx, fn, problems, model, steps, lr):
 
 
 def _sgd_trajectory(problem, model, steps: int, lr: float) -> list[torch.Tensor]:
-    """Flat parameters after 0..steps plain SGD steps (batch 32) on a copy of ``model``."""
+    """Flat parameters after 0..steps plain SGD steps (batch 32) on a copy of ``model``.
+
+    Computed here where no GPU is visible; on a GPU machine in a rank of its own: the student's
+    worker is forked from this process, and once a process has run a backward pass there, the
+    processes it forks cannot run autograd (:func:`hpclab.dist.start_method`)."""
+    from hpclab.dist import launch, start_method
+
+    if start_method(_trajectory_entry) == "fork":
+        return _trajectory_here(problem, model, steps, lr)
+    args = (problem, model, steps, lr)
+    return launch(_trajectory_entry, 1, args=args, device="cpu", threads_per_rank=1)[0]
+
+
+def _trajectory_entry(ctx, problem, model, steps: int, lr: float) -> list[torch.Tensor]:
+    return _trajectory_here(problem, model, steps, lr)
+
+
+def _trajectory_here(problem, model, steps: int, lr: float) -> list[torch.Tensor]:
     import copy
 
     from hpclab.sgd.hogwild import sgd_step
@@ -168,13 +186,14 @@ def hogwild_loop(worker: Callable[..., Any]) -> CheckResult:
     every step (backward passes are counted: no early stop), and the loss must fall about as far
     as the library's own loop makes it fall at the same steps and lr.
     """
-    from hpclab.dist import launch
+    from hpclab.dist import launch, start_method
     from hpclab.sgd.hogwild import hogwild_worker, prewarm
 
     if not callable(worker):
         return failed(f"pass your worker function itself, got {type(worker).__name__}")
     problems = _half_problems()
-    prewarm(problems[0])  # import what the first optimizer imports once, before forking
+    if start_method(_trajectory_entry) == "fork":  # no GPU here: a backward pass is harmless
+        prewarm(problems[0])  # import what the first optimizer imports once, before forking
     exact = _exact_rule(worker)
     if exact is not None:
         return exact
@@ -197,14 +216,15 @@ def hogwild_loop(worker: Callable[..., Any]) -> CheckResult:
     ref_model.share_memory()
     import multiprocessing as mp
 
-    barrier = mp.get_context("fork").Barrier(2)
+    method = start_method(_reference_entry)
+    barrier = mp.get_context(method).Barrier(2)
     launch(
         _reference_entry,
         2,
         args=(hogwild_worker, problems, ref_model, barrier),
         backend="none",
         threads_per_rank=1,
-        start_method="fork",
+        start_method=method,
         deadline_s=120,
     )
     reference = _mean_loss(problems, ref_model)

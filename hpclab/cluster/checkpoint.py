@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from hpclab.private import private_dir
+
 _NAME = re.compile(r"^ckpt-(\d+)\.pt$")
 
 
@@ -51,8 +53,7 @@ def save_atomic(obj: Any, path: str | Path) -> float:
 
 def save_checkpoint(directory: str | Path, step: int, state: dict, keep: int = 2) -> dict:
     """Write ``ckpt-<step>.pt``, delete all but the newest ``keep``; size and speed of the write."""
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
+    d = private_dir(directory)
     path = d / f"ckpt-{step:08d}.pt"
     seconds = save_atomic(state, path)
     for old in checkpoints(d)[keep:]:

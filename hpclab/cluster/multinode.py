@@ -1,11 +1,29 @@
 """Experiment ``ddp-multinode``: chapter 06's DDP training on several nodes (chapter 07, section 2).
 
 The job asks for ``nodes`` nodes with one task each; ``srun`` starts one ``torchrun`` per node
-(``--nnodes N --nproc-per-node R``), the torchrun launchers meet through c10d rendezvous on the first node
-(its address from ``scontrol show node``, a free port chosen in the job), and every rank runs
-:func:`hpclab.ddp.worker.ddp_worker` (the same function chapter 06 launches on one machine)
-through :func:`hpclab.dist.torchrun.torchrun_context`. Rank 0 writes its timings and final
-weights into the job directory.
+(``--nnodes N --nproc-per-node R``), the torchrun launchers meet (c10d rendezvous), and every
+rank runs :func:`hpclab.ddp.worker.ddp_worker` (the same function chapter 06 launches on one
+machine) through :func:`hpclab.dist.torchrun.torchrun_context`. Rank 0 writes its timings and
+final weights into the job directory.
+
+Where the launchers meet, and who can reach it:
+
+- **A real cluster** (``store_dir=None``): the rendezvous is torchrun's TCP store on the first
+  node (its address from ``scontrol show node``, a free port chosen in the job). That store
+  listens on *every* interface of the first node whatever ``--rdzv-endpoint`` says (torchrun
+  cannot restrict its listening socket), and it has no authentication: while the job starts,
+  anyone who can reach that node's port can join or disturb the rendezvous. Nodes normally
+  reach each other on the cluster's internal network, which users outside the cluster cannot
+  reach; what an administrator should know is that a job opens one such port on its first
+  node for its lifetime (plus gloo's or NCCL's own connections between the ranks), so
+  compute nodes should firewall the outside and not be shared with untrusted users.
+- **The local cluster** (``store_dir`` = the job's private directory): every "node" is this
+  machine, which other users share, so nothing listens for the meeting at all: the launchers
+  meet through a ``FileStore`` (``--rdzv-conf store_type=file``), the ranks form their process
+  group through another file (``HPCLAB_PG_STORE``, read by :func:`torchrun_context`), torchrun's
+  shared TCP store is switched off (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``) and gloo talks over
+  loopback. A file store needs a file system every node sees consistently, which is why a real
+  cluster uses the TCP store instead.
 
 Layouts: ``N x R`` (several nodes), ``1 x N*R`` (the same world on one node) and, in this
 process, one rank with the combined batch (N*R x the per-rank batch). Records carry
@@ -61,18 +79,40 @@ def train_spec(config: MultinodeConfig) -> TrainSpec:
     )
 
 
-def torchrun_commands(ranks_per_node: int, module_args: str) -> list[str]:
-    """The job's lines: find the first node's address and a free port, then srun torchrun."""
+def torchrun_commands(
+    ranks_per_node: int, module_args: str, store_dir: str | None = None
+) -> list[str]:
+    """The job's lines: how the torchrun launchers meet, then srun one torchrun per node.
+
+    ``store_dir=None``: torchrun's TCP store on the first node (a real cluster's internal
+    network); a directory (the local cluster): file stores there, and no listening socket.
+    """
+    if store_dir is None:
+        meet = [
+            'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+            # On a cluster NodeAddr is the node's name; on the local cluster it is 127.0.0.1.
+            "head_addr=$(scontrol show node \"$head\" -o | sed -n 's/.* NodeAddr=\\([^ ]*\\).*/\\1/p')",
+            f"port=$({python()} -c 'import socket; s=socket.socket(); s.bind((\"\", 0)); print(s.getsockname()[1])')",
+        ]
+        rdzv = "--rdzv-backend=c10d --rdzv-endpoint=$head_addr:$port"
+    else:
+        meet = [
+            # nothing listens: the launchers and the ranks meet through files in the job's
+            # private directory (every node of the local cluster is this machine)
+            "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1",
+            f"export HPCLAB_PG_STORE={store_dir}/pg.store",
+        ]
+        rdzv = (
+            f"--rdzv-backend=c10d --rdzv-endpoint={store_dir}/rdzv.store "
+            "--rdzv-conf=store_type=file"
+        )
     return [
-        'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-        # On a cluster NodeAddr is the node's name; on the local cluster every node is 127.0.0.1.
-        "head_addr=$(scontrol show node \"$head\" -o | sed -n 's/.* NodeAddr=\\([^ ]*\\).*/\\1/p')",
-        f"port=$({python()} -c 'import socket; s=socket.socket(); s.bind((\"\", 0)); print(s.getsockname()[1])')",
+        *meet,
         # torchrun keeps its files in TMPDIR: the job's scratch, removed with the job
         'export TMPDIR="$SLURM_TMPDIR"',
         f"srun --ntasks-per-node=1 {python()} -m torch.distributed.run "
         f"--nnodes=$SLURM_JOB_NUM_NODES --nproc-per-node={ranks_per_node} "
-        "--rdzv-backend=c10d --rdzv-endpoint=$head_addr:$port --rdzv-id=$SLURM_JOB_ID "
+        f"{rdzv} --rdzv-id=$SLURM_JOB_ID "
         f"-m hpclab.cluster.multinode {module_args}",
     ]
 
@@ -95,7 +135,8 @@ def run_layout(cluster, site, spec: TrainSpec, nodes: int, rpn: int, progress: P
 
     work = new_workdir(f"ddp-{nodes}x{rpn}")
     (work / "spec.json").write_text(json.dumps(asdict(spec)))
-    cmds = torchrun_commands(rpn, f"{work / 'spec.json'} {work}")
+    store_dir = str(work) if site.name == "local" else None
+    cmds = torchrun_commands(rpn, f"{work / 'spec.json'} {work}", store_dir)
     job = submit(
         cluster, site, job_spec(nodes, rpn, site.partition(None).cpus_per_node), cmds, workdir=work
     )

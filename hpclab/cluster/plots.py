@@ -5,9 +5,11 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from hpclab.display import figure
 from hpclab.results import Result
 
 
+@figure
 def plot_hello(result: Result) -> go.Figure:
     tasks = [r for r in result.records if r.get("kind") == "task"]
     fig = go.Figure()
@@ -19,6 +21,7 @@ def plot_hello(result: Result) -> go.Figure:
     return fig
 
 
+@figure
 def plot_multinode(result: Result) -> go.Figure:
     recs = result.records
     fig = make_subplots(rows=1, cols=2, subplot_titles=("samples/s", "max |w - one process|"))
@@ -40,6 +43,7 @@ def plot_multinode(result: Result) -> go.Figure:
     return fig
 
 
+@figure
 def plot_requeue(result: Result) -> go.Figure:
     losses = [r for r in result.records if r.get("kind") == "loss"]
     fig = go.Figure()
@@ -55,6 +59,7 @@ def plot_requeue(result: Result) -> go.Figure:
     return fig
 
 
+@figure
 def plot_array(result: Result) -> go.Figure:
     trials = [r for r in result.records if r.get("kind") == "trial"]
     summary = next(r for r in result.records if r.get("kind") == "summary")

@@ -1,8 +1,8 @@
 """A training that checkpoints on a warning signal and requeues itself (chapter 07, section 3).
 
 ``sbatch --time=T --signal=B:USR2@N --requeue`` asks Slurm to send SIGUSR2 to the batch shell N
-seconds before the limit T. USR2, not USR1: NCCL installs its own SIGUSR1 handler, and submitit
-moved to USR2 for that reason; ``torchrun`` forwards neither to its ranks unless told to
+seconds before the limit T. USR2, not USR1: NCCL 2.12 caught SIGUSR1 (NVIDIA/nccl#704, 2022; opt-in
+since the next release via ``NCCL_PROXY_DUMP_SIGNAL``), and submitit moved to USR2 for that reason; ``torchrun`` forwards neither to its ranks unless told to
 (``--signals-to-handle``), so here the job script ``exec``s Python and Python is the batch shell.
 
 On the signal the handler only sets a flag (a handler that saved would run in the middle of a

@@ -23,6 +23,7 @@ from hpclab.cluster.profiles import SiteProfile
 from hpclab.cluster.script import render
 from hpclab.cluster.slurm import Cluster, Job, SlurmError
 from hpclab.cluster.spec import JobSpec
+from hpclab.private import private_dir
 
 # The job script stamps the moment it launches Python, for the start-up of a trial
 # (:func:`hpclab.trial.timed_trials`); psutil's process creation time is only good to ~1 s.
@@ -44,8 +45,9 @@ def new_workdir(name: str) -> Path:
     path, i = base, 1
     while path.exists():
         path, i = Path(f"{base}-{i}"), i + 1
-    path.mkdir(parents=True)
-    return path
+    private_dir(path.parent)
+    path.mkdir(mode=0o700)  # not exist_ok: a new directory per run
+    return private_dir(path)
 
 
 def python() -> str:

@@ -55,12 +55,13 @@ def render(
     lines.append(f"#SBATCH --output={out}")
     lines.append(f"# site: {site.name} ({site.title}); checked {site.checked}")
     lines.append("set -euo pipefail")
+    lines.append("umask 077  # files the job writes are its user's alone")
     for key, value in (env or {}).items():
         lines.append(f"export {key}={shlex.quote(value)}")
     lines += list(site.setup)
     # node-local scratch: fast disk private to the job (Guan 2019, Mao 2017: stage data there)
     lines.append(f'export SLURM_TMPDIR="{site.tmpdir}"')
-    lines.append('mkdir -p "$SLURM_TMPDIR"')
+    lines.append('mkdir -p -m 0700 "$SLURM_TMPDIR"')  # private to its user
     lines.append('echo "job $SLURM_JOB_ID on $(hostname) nodes=$SLURM_JOB_NODELIST"')
     lines += list(commands)
     return "\n".join(lines) + "\n"

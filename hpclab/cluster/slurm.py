@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpclab.config import RunError
+from hpclab.private import private_dir
 from hpclab.progress import Cancelled, Progress
 
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
@@ -113,8 +114,7 @@ class Cluster:
 
     def submit(self, script: str, workdir: str | Path) -> Job:
         """``sbatch`` the script text from ``workdir`` (written there as ``job.sh``)."""
-        work = Path(workdir)
-        work.mkdir(parents=True, exist_ok=True)
+        work = private_dir(workdir)
         path = work / "job.sh"
         path.write_text(script)
         out = self.run("sbatch", "--parsable", f"--chdir={work}", str(path))
@@ -123,8 +123,7 @@ class Cluster:
     def test_only(self, script: str, workdir: str | Path) -> str:
         """What ``sbatch --test-only`` says of a script (where and when it would start; nothing
         is queued), or a SlurmError with sbatch's reason for refusing it."""
-        work = Path(workdir)
-        work.mkdir(parents=True, exist_ok=True)
+        work = private_dir(workdir)
         path = work / "test.sh"
         path.write_text(script)
         proc = subprocess.run(

@@ -1,7 +1,8 @@
 """Experiment ``staging-job``: chapter 04's staging, run as a job step (chapter 07, section 5).
 
-Guan (2019) and Mao (2017): inside a job, copy the data set to the node's own disk
-(``$SLURM_TMPDIR``: private to the job, removed after it) and read it from there, instead of
+Guan (2019) and Mao (2017): inside a job, copy the data set to node-local storage
+(``$SLURM_TMPDIR``: private to the job, removed after it; the node's disk, or a RAM-backed /tmp
+counted against the job's memory where nodes have no disk, as on Perlmutter) and read it from there, instead of
 many small reads from the shared file system every other job also uses. The job runs chapter
 04's ``staging`` experiment unchanged (``srun python -m hpclab.cli run staging --local
 "$SLURM_TMPDIR" --json``): the same code, now on a compute node, into the job's scratch. Its

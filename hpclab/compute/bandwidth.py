@@ -28,7 +28,7 @@ from hpclab.compute import device as dev
 from hpclab.config import Config, ConfigError, param
 from hpclab.display import figure, plural
 from hpclab.progress import Progress
-from hpclab.results import Result, make_result
+from hpclab.results import Result, load_reference, make_result
 
 KERNELS: dict[str, tuple[int, int]] = {
     "copy": (2, 0),
@@ -43,7 +43,9 @@ REFERENCE_GPUS = ("H100 SXM", "A100 SXM 80GB", "V100 SXM2", "P100 SXM2")
 
 @dataclass(frozen=True)
 class BandwidthConfig(Config):
-    device: str = param("cpu", choices=dev.DEVICE_CHOICES, help="cpu, cuda (GPU 0) or all")
+    device: str = param(
+        "all", choices=dev.DEVICE_CHOICES, help="cpu, cuda (GPU 0) or all (CPU and every GPU)"
+    )
     kernels: tuple = param(tuple(KERNELS), choices=tuple(KERNELS), help="STREAM kernels to run")
     array_mb: int = param(
         256, min=1, max=65536, quick=64, help="MiB per array (keep it >= 4x the last-level cache)"
@@ -156,6 +158,19 @@ def reference_records(names: tuple[str, ...] = REFERENCE_GPUS) -> list[dict[str,
                     "source": spec["source"],
                 }
             )
+    for r in load_reference("h200_stream").records:  # what STREAM reaches on HBM
+        out.append(
+            {
+                "tier": "reference",
+                "device": "NVIDIA H200 STREAM triad (measured)",
+                "kernel": "triad",
+                "peak_gbps": r["gbps_high"],
+                "gbps_low": r["gbps_low"],
+                "source": f"{r['source']}: {r['gbps_low']:g}-{r['gbps_high']:g} GB/s "
+                f"= {r['peak_fraction_low']:.2f}-{r['peak_fraction_high']:.2f} of "
+                f"{r['peak_gbps']:g} GB/s",
+            }
+        )
     return out
 
 
@@ -187,7 +202,7 @@ def plot_bandwidth(result: Result):
         fig.add_bar(
             x=[r["device"] for r in ref],
             y=[r["peak_gbps"] for r in ref],
-            name="GPU datasheet (reference)",
+            name="GPU reference (datasheet, or measured where named)",
             marker={"color": "#aaa"},
             hovertext=[f"reference: {r['source']}" for r in ref],
         )

@@ -56,12 +56,31 @@ def resolve_devices(device: str) -> list[str]:
     return [place(1, device).devices[0]]
 
 
+def gpu_facts(device: str) -> dict[str, Any]:
+    """Name, memory and capability of GPU ``device`` from NVML/nvidia-smi
+    (:func:`hpclab.measure.sysinfo.gpu_inventory`): a lookup must not initialise CUDA, or every
+    later start of ranks in this kernel could not fork. Empty when the inventory lacks it."""
+    from hpclab.measure.sysinfo import system_info
+
+    index = torch.device(device).index or 0
+    gpus = system_info().get("gpus") or []
+    return gpus[index] if index < len(gpus) else {}
+
+
 def device_name(device: str) -> str:
     if device == "cpu":
         from hpclab.measure.sysinfo import system_info
 
         return system_info().get("cpu_model") or "CPU"
-    return torch.cuda.get_device_name(torch.device(device))
+    return gpu_facts(device).get("name") or torch.cuda.get_device_name(torch.device(device))
+
+
+def _capability(device: str) -> tuple[int, int]:
+    known = gpu_facts(device).get("capability")
+    if known:
+        major, _, minor = str(known).partition(".")
+        return int(major), int(minor or 0)
+    return torch.cuda.get_device_capability(torch.device(device))
 
 
 def unsupported(device: str, dtype: str) -> str | None:
@@ -73,11 +92,11 @@ def unsupported(device: str, dtype: str) -> str | None:
         if dtype == "tf32":
             return "tf32 is a tensor-core mode of NVIDIA Ampere and newer GPUs, not a CPU dtype"
         return None
-    major, _minor = torch.cuda.get_device_capability(torch.device(device))
+    major, _minor = _capability(device)
     if dtype == "tf32" and major < 8:
         return f"tf32 needs an Ampere or newer GPU (capability >= 8.0); {device} is {major}.x"
-    if dtype == "bf16" and not torch.cuda.is_bf16_supported():
-        return f"bf16 is not supported on {device} (capability {major}.x)"
+    if dtype == "bf16" and major < 8:  # what torch.cuda.is_bf16_supported() checks, sans init
+        return f"bf16 needs an Ampere or newer GPU (capability >= 8.0); {device} is {major}.x"
     return None
 
 
@@ -178,5 +197,5 @@ def gpu_sentence() -> str:
             "models, each labelled with its source; on a GPU node the same cells time cuBLAS and "
             "cuDNN live with CUDA events and place each GPU against its own datasheet peak."
         )
-    names = ", ".join(f"cuda:{i} {torch.cuda.get_device_name(i)}" for i in range(n))
+    names = ", ".join(f"cuda:{i} {device_name(f'cuda:{i}')}" for i in range(n))
     return f"{n} GPU(s) visible ({names}): GPU rows below are measured live, with CUDA events."

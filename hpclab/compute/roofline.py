@@ -40,7 +40,9 @@ REFERENCE_CHOICES = ("H100 SXM", "A100 SXM 80GB", "V100 SXM2", "P100 SXM2", "non
 
 @dataclass(frozen=True)
 class RooflineConfig(Config):
-    device: str = param("cpu", choices=("cpu", "cuda"), help="where to measure")
+    device: str = param(
+        "all", choices=dev.DEVICE_CHOICES, help="cpu, cuda (GPU 0) or all (CPU and every GPU)"
+    )
     dtype: str = param("fp32", choices=("fp32", "bf16"), help="element type of every kernel")
     threads: int = param(0, min=0, max=1024, help="CPU threads (0 = usable cores)")
     gemm_sizes: tuple = param(
@@ -138,14 +140,29 @@ def measure_points(config: RooflineConfig, device: str, progress: Progress) -> l
 
 
 def run_roofline(config: RooflineConfig, progress: Progress) -> Result:
+    """Roofs and kernels on each device of ``config.device`` ("all": the CPU and every GPU,
+    side by side); the datasheet reference GPU joins when no GPU was measured."""
+    devices = dev.resolve_devices(config.device)
+    for device in devices:  # refuse before measuring anything
+        why = dev.unsupported(device, config.dtype)
+        if why:
+            from hpclab.config import ConfigError
+
+            raise ConfigError(f"dtype={config.dtype!r} on {device}: {why}")
+    records: list[dict[str, Any]] = []
+    points: list[dict[str, Any]] = []
+    for device in devices:
+        got = _measure_device(config, device, progress)
+        records += got
+        points = points or [r for r in got if r.get("kind") == "point"]
+    if config.reference_gpu != "none" and not any(d.startswith("cuda") for d in devices):
+        records += reference_gpu_records(config.reference_gpu, config.dtype, points)
+    return make_result("roofline", config, records)
+
+
+def _measure_device(config: RooflineConfig, device: str, progress: Progress) -> list[dict]:
     from hpclab.compute.bandwidth import measure_stream
 
-    device = dev.resolve_devices(config.device)[0]
-    why = dev.unsupported(device, config.dtype)
-    if why:
-        from hpclab.config import ConfigError
-
-        raise ConfigError(f"dtype={config.dtype!r} on {device}: {why}")
     records: list[dict[str, Any]] = []
     with dev.torch_threads(config.threads if device == "cpu" else 0) as used:
         n = stream_elements(config)  # the add's and the softmax's size too
@@ -180,9 +197,7 @@ def run_roofline(config: RooflineConfig, progress: Progress) -> Result:
         records.append({"device": device, "threads": used if device == "cpu" else None, **p})
     for r in records[:2]:
         r["device"] = device
-    if config.reference_gpu != "none" and device == "cpu":
-        records += reference_gpu_records(config.reference_gpu, config.dtype, points)
-    return make_result("roofline", config, records)
+    return records
 
 
 ABOVE_ROOF_TOLERANCE = 1.05  # timing spread: 5 % above the roof is still "on" it

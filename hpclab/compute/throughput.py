@@ -38,7 +38,9 @@ class ThroughputConfig(Config):
     threads: tuple = param(
         (1, 0), min=0, max=1024, help="CPU thread counts to try (0 = all usable cores)"
     )
-    device: str = param("cpu", choices=dev.DEVICE_CHOICES, help="cpu, cuda (GPU 0) or all")
+    device: str = param(
+        "all", choices=dev.DEVICE_CHOICES, help="cpu, cuda (GPU 0) or all (CPU and every GPU)"
+    )
     steps: int = param(20, min=1, max=100000, quick=5, help="timed steps per point")
     lr: float = param(0.05, min=1e-6, max=10.0, help="SGD learning rate")
     references: bool = param(True, help="add Guan 2019's CPU-thread and GPU tables")

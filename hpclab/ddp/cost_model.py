@@ -12,7 +12,10 @@ the gradients::
 ``alpha`` is the per-message latency (s), ``B`` the per-link bandwidth (bytes/s), ``m`` the
 gradient bytes, ``overlap`` the fraction of the all-reduce hidden behind the backward pass.
 Within a node the link is ``link``; beyond ``gpus_per_node`` the ring crosses the network, and
-the slowest link sets its pace. Presets name their sources; alpha values are typical orders of
+the slowest link sets its pace. Two simplifications: one ring (NCCL picks a tree, ~2 log2(n)
+latency terms, for small messages at large n, so latency-bound cases come out too slow), and one
+network link per ring (a node with one NIC per GPU runs a ring per NIC: up to gpus_per_node x
+the bandwidth). Presets name their sources; alpha values are typical orders of
 magnitude (stated as such): measure yours with ``hpclab run allreduce``.
 """
 
@@ -44,8 +47,13 @@ LINKS: dict[str, Link] = {
     ),
     "nvlink-a100": Link(300.0, 5.0, "NVIDIA A100 datasheet: NVLink 3, 600 GB/s total"),
     "nvlink-h100": Link(450.0, 5.0, "NVIDIA H100 SXM datasheet: NVLink 4, 900 GB/s total"),
+    "nvlink-b200": Link(900.0, 5.0, "NVIDIA B200 datasheet: NVLink 5, 1,800 GB/s total"),
     "ib-edr": Link(12.5, 2.0, "InfiniBand EDR 4x: 100 Gb/s"),
     "ib-hdr": Link(25.0, 2.0, "InfiniBand HDR 4x: 200 Gb/s"),
+    "ib-ndr": Link(50.0, 2.0, "InfiniBand NDR 4x: 400 Gb/s"),
+    "ib-xdr": Link(100.0, 2.0, "InfiniBand XDR 4x: 800 Gb/s"),
+    "slingshot-11": Link(25.0, 2.0, "HPE Slingshot-11 (Perlmutter): 200 Gb/s per NIC"),
+    "roce-400g": Link(50.0, 3.0, "RoCE v2 over 400 Gigabit Ethernet: 400 Gb/s"),
     "ib-mao2015": Link(5.0, 2.0, "Mao 2015 (SHARCNET, Monk): InfiniBand network ~5 GB/s"),
     "eth-10g": Link(1.25, 30.0, "10 Gigabit Ethernet: 10 Gb/s"),
     "eth-25g": Link(3.125, 30.0, "25 Gigabit Ethernet: 25 Gb/s"),

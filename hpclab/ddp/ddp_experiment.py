@@ -8,7 +8,8 @@ threads as each of them (so "one GPU" and "each of n GPUs" have the same power).
   (slowest rank), ``comm_s = step_s - compute_s``: communication plus waiting for peers;
 - ``samples_per_s`` (global batch / step) and ``efficiency`` = samples/s on n ranks /
   (n x samples/s of the baseline);
-- a ``model`` record: compute_s + one measured all-reduce of the gradient bytes (no overlap).
+- a ``model`` record: the one-rank step shared out (strong) or repeated (weak) + one measured
+  all-reduce of the gradient bytes (no overlap): its efficiency stays below 1.
 
 Weak scaling keeps ``batch_size`` per rank; strong scaling splits a global ``batch_size``.
 """
@@ -23,7 +24,7 @@ from typing import Any
 from hpclab.config import Config, ConfigError, param
 from hpclab.ddp.worker import TrainSpec, ddp_worker
 from hpclab.display import plural
-from hpclab.dist.placement import DEVICES, place
+from hpclab.dist.placement import DEVICES, gpu_count, place
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 from hpclab.train import MODELS
@@ -135,11 +136,10 @@ def _record(cfg: DDPConfig, ranks: int, outs: list[dict], started: float) -> dic
     }
 
 
-def run_ddp(config: DDPConfig, progress: Progress) -> Result:
-    where = place(config.ranks, config.device)  # the baseline rank gets the same device, threads
-    device, threads = where.device, where.threads
-    progress.update(0, 1, where.note)
-    spec = TrainSpec(
+def train_spec(config: DDPConfig) -> TrainSpec:
+    """What each rank trains: the one spec a run and its references share (the plain loop of
+    ``benchmarks/ddp_gpu.py`` trains this very spec, so both do the same work)."""
+    return TrainSpec(
         model=config.model,
         per_rank_batch=config.per_rank_batch,
         steps=config.steps,
@@ -149,6 +149,13 @@ def run_ddp(config: DDPConfig, progress: Progress) -> Result:
         bucket_cap_mb=config.bucket_cap_mb,
         micro_batches=config.micro_batches,
     )
+
+
+def run_ddp(config: DDPConfig, progress: Progress) -> Result:
+    where = place(config.ranks, config.device)  # the baseline rank gets the same device, threads
+    device, threads = where.device, where.threads
+    progress.update(0, 1, where.note)
+    spec = train_spec(config)
     plan = [config.ranks]
     if config.baseline and config.ranks > 1:
         plan.insert(0, 1)
@@ -172,7 +179,14 @@ def run_ddp(config: DDPConfig, progress: Progress) -> Result:
         )
     last = records[-1]
     if last["ranks"] > 1:
-        predicted = last["compute_s"] + last["allreduce_s"]
+        # The model: one rank's step, shared out (strong: each rank's part of the batch) or
+        # repeated (weak), plus the gradients' all-reduce with no overlap. Built on the measured
+        # one-rank step (not on each rank's compute, timed apart and noisy), so its efficiency,
+        # 1 / (1 + allreduce / step), stays below 1 as a model without overlap must.
+        one = base or last
+        share = last["per_rank_batch"] / one["per_rank_batch"]
+        compute = one["step_s"] * share if base else last["compute_s"]
+        predicted = compute + last["allreduce_s"]
         rate = last["global_batch"] / predicted
         records.append(
             {
@@ -182,12 +196,37 @@ def run_ddp(config: DDPConfig, progress: Progress) -> Result:
                 "scaling": config.scaling,
                 "global_batch": last["global_batch"],
                 "step_s": predicted,
-                "compute_s": last["compute_s"],
+                "compute_s": compute,
                 "comm_s": last["allreduce_s"],
                 "samples_per_s": rate,
                 "efficiency": rate / (last["ranks"] * base["samples_per_s"]) if base else None,
-                "formula": "step = compute_s + allreduce_s(gradient bytes), no overlap",
+                "formula": "step = one rank's step x per-rank batch / its batch + allreduce_s "
+                "(gradient bytes), no overlap",
             }
         )
+    if one_gpu_beside(config, gpu_count()):
+        progress.update(len(plan), len(plan), "one rank on the GPU, beside the CPU ranks")
+        one = (
+            replace(spec, per_rank_batch=config.batch_size) if config.scaling == "strong" else spec
+        )
+        gpu = place(1, "cuda")
+        outs, started = launch_spec(1, one, "cuda", gpu.threads, Progress())
+        records.append(_record(config, 1, outs, started) | {"role": "gpu-rank", "efficiency": None,
+                                                            "note": one_gpu_note(config.ranks)})  # fmt: skip
     progress.update(len(plan), len(plan), "done")
     return make_result("ddp", config, records)
+
+
+def one_gpu_beside(config: DDPConfig, gpus: int) -> bool:
+    """On an allocation with fewer GPUs than ranks but at least one, ``device="auto"`` runs the
+    ranks on the CPU and then one rank on GPU 0 with the same per-rank batch: the GPU is shown,
+    and :func:`hpclab.ddp.scaling.from_measurements` calibrates the model from it."""
+    return config.device == "auto" and 0 < gpus < config.ranks
+
+
+def one_gpu_note(ranks: int) -> str:
+    return (
+        f"{ranks} ranks cannot share one GPU: NCCL refuses two ranks on one device, and "
+        "processes sharing a GPU take turns on it instead of adding to it, so the ranks ran "
+        "on the CPU and the GPU ran one rank beside them"
+    )

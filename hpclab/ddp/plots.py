@@ -104,10 +104,12 @@ def plot_ddp(result: Result):
     groups: dict[tuple, list[dict]] = {}
     for r in result.records:
         if r.get("tier") in ("live", "model"):
-            groups.setdefault((r["tier"], r["model"], r["scaling"]), []).append(r)
-    for (tier, model, scaling), rows in sorted(groups.items()):
+            # the one GPU rank beside CPU ranks (ddp_experiment.one_gpu_beside) is its own series
+            key = (r["tier"], r["model"], r["scaling"], r["device"] if r.get("role") else "")
+            groups.setdefault(key, []).append(r)
+    for (tier, model, scaling, gpu), rows in sorted(groups.items()):
         rows = sorted(rows, key=lambda r: r["ranks"])
-        name = f"{model}, {scaling} ({tier})"
+        name = f"{model}, {scaling} ({tier}{', one GPU rank on ' + gpu if gpu else ''})"
         marker = {"size": 10, "symbol": "circle" if tier == "live" else "circle-open"}
         x = [r["ranks"] for r in rows]
         add_both_panels(

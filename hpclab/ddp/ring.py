@@ -1,7 +1,7 @@
 """Ring all-reduce written out with send/recv, beside ``dist.all_reduce`` (chapter 06).
 
-The algorithm Baidu brought to deep learning (2017) and Horovod and NCCL use (Guan 2019's
-"Horovod" slides). Ranks sit on a ring; the tensor is cut into n chunks.
+The algorithm Baidu brought to deep learning (2017) and Horovod used through NCCL (Guan 2019's
+"Horovod" slides); NCCL today picks ring, tree, NVLS, CollNet or PAT per call. Ranks sit on a ring; the tensor is cut into n chunks.
 
 1. Reduce-scatter, n-1 steps: at step s rank r sends chunk (r - s) mod n to its right
    neighbour and adds the chunk (r - s - 1) mod n that arrives from its left. After it,

@@ -137,33 +137,42 @@ def plot_scaling_model(result: Result):
 
 def from_measurements(ddp: Result, allreduce: Result, max_gpus: int = 64, **overrides: Any):
     """The model calibrated from your own runs: compute from a ``ddp`` result's one-rank step,
-    alpha and B from an ``allreduce`` result's fit; the ddp points are overlaid (live tier)."""
-    base = min((r for r in ddp.records if r["tier"] == "live"), key=lambda r: r["ranks"])
+    alpha and B from an ``allreduce`` result's fit; the ddp points are overlaid (live tier).
+
+    When the ddp run also ran one rank on the allocation's only GPU (``role="gpu-rank"``), the
+    compute comes from that GPU step and the all-reduce from the ``link`` preset (the measured
+    fit is the CPU ranks' gloo over loopback, not a GPU link); only the GPU point is overlaid.
+    """
+    live = [r for r in ddp.records if r["tier"] == "live"]
+    gpu = next((r for r in live if r.get("role") == "gpu-rank"), None)
+    base = gpu or min(live, key=lambda r: r["ranks"])
     if base["ranks"] != 1:
         raise ValueError("the ddp result needs its one-rank baseline (run it with baseline=True)")
     fit = next((r for r in allreduce.records if r["tier"] == "model"), None)
-    if fit is None:
+    if fit is None and gpu is None:
         raise ValueError("the allreduce result has no alpha-beta fit (it needs >= 2 sizes)")
+    comm = {"link": "pcie5"} if gpu else {
+        "alpha_us": fit["alpha_s"] * 1e6, "bandwidth_gbps": fit["bandwidth_gbps"]
+    }  # fmt: skip
     params = {
         "workload": "custom",
         "scaling": base["scaling"],
         "params_m": base["params"] / 1e6,
         "batch_size": base["global_batch"],
         "compute_ms": base["step_s"] * 1e3,
-        "alpha_us": fit["alpha_s"] * 1e6,
-        "bandwidth_gbps": fit["bandwidth_gbps"],
+        **comm,
         "max_gpus": max_gpus,
         **overrides,
     }
     result = run_scaling_model(ScalingModelConfig.create(**params), Progress())
-    for r in ddp.records:
-        if r["tier"] == "live" and r["scaling"] == params["scaling"]:
+    for r in [gpu] if gpu else live:
+        if r["scaling"] == params["scaling"]:
             result.records.append(
                 {
                     "tier": "live",
                     "gpus": r["ranks"],
                     "samples_per_s": r["samples_per_s"],
-                    "efficiency": r["efficiency"],
+                    "efficiency": 1.0 if r is gpu else r["efficiency"],  # one GPU: itself
                     "model": r["model"],
                 }
             )

@@ -3,6 +3,7 @@
 from hpclab.dist.context import RankContext
 from hpclab.dist.failures import LaunchTimeout, RankError
 from hpclab.dist.launcher import launch
+from hpclab.dist.start import start_method
 from hpclab.dist.placement import LaunchError, Placement, gpu_count, place, torch_threads
 
 __all__ = [
@@ -14,5 +15,6 @@ __all__ = [
     "gpu_count",
     "launch",
     "place",
+    "start_method",
     "torch_threads",
 ]

@@ -82,19 +82,24 @@ def run_worker(
 
 
 def child_main(
-    worker: Callable[..., Any],
+    payload: Any,
     ctx: RankContext,
     store_path: str,
     timeout_s: float,
     log_path: str,
     conn: Any,
-    args: tuple,
-    kwargs: dict,
 ) -> None:
-    """Entry point of a rank process: run the worker, send its result or its failure home."""
+    """Entry point of a rank process: run the worker, send its result or its failure home.
+
+    ``payload.load()`` gives ``(worker, args, kwargs)``; with spawn or forkserver it unpickles
+    them here, inside the ``try``, so a module this process cannot import is reported as this
+    rank's error (:class:`hpclab.dist.start.Payload`).
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when ranks stop
     _linux_process_setup(ctx.rank)
-    if ctx.cpus and hasattr(os, "sched_setaffinity"):  # before any thread pool exists: OpenMP's threads inherit the mask
+    if ctx.cpus and hasattr(
+        os, "sched_setaffinity"
+    ):  # before any thread pool exists: OpenMP's threads inherit the mask
         os.sched_setaffinity(0, ctx.cpus)
     _own_output(log_path)
     send = sender(conn)
@@ -110,6 +115,13 @@ def child_main(
             raise
 
     try:
+        try:
+            worker, args, kwargs = payload.load()
+        except Exception as exc:
+            raise ImportError(
+                f"the rank could not load its worker or arguments ({type(exc).__name__}: {exc}); "
+                "with spawn or forkserver they must be importable from a module on sys.path"
+            ) from exc
         value = run_worker(
             timed, dataclasses.replace(ctx, send=send), store_path, timeout_s, args, kwargs
         )

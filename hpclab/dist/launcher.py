@@ -25,8 +25,12 @@ The contract (DESIGN.md, "Launching ranks"), and how it is kept:
 - **No orphans.** Every child (and its own children, e.g. DataLoader workers) is killed in a
   ``finally``; children also die with the parent (``PR_SET_PDEATHSIG``). Ctrl-C or a kernel
   interrupt reaches the parent's wait loop and stops everything.
-- **fork where safe.** fork starts a rank in ~0.05 s and runs workers defined in a notebook;
-  it is refused after CUDA was initialised in this process (CUDA does not survive fork).
+- **fork where safe.** :func:`hpclab.dist.start.start_method` is the one policy: fork where no
+  GPU is visible (~0.05 s a rank, notebook workers run), forkserver where one is (after a
+  backward pass on a GPU machine, forked children cannot run autograd); fork is refused once
+  CUDA is initialised here. With spawn or forkserver the worker and its arguments are
+  unpickled inside the rank, after its log is set up: a worker whose module the child cannot
+  import fails as that rank's error, naming the module, not as a bare exit code.
 - **Debugging a worker.** ``launch(worker, 1, inprocess=True)`` runs the one rank in the
   calling process, with the same :class:`RankContext`, threads, process group (if a backend is
   asked for) and teardown: breakpoints and ``%debug`` work, and its exception is raised as is.
@@ -34,11 +38,9 @@ The contract (DESIGN.md, "Launching ranks"), and how it is kept:
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import pickle
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -51,6 +53,7 @@ from hpclab.dist.context import RankContext
 from hpclab.dist.failures import Failure, LaunchTimeout, RankError, diagnose
 from hpclab.dist.placement import LaunchError, Placement, place
 from hpclab.dist.reap import kill_tree
+from hpclab.dist.start import Payload, start_context
 from hpclab.progress import Progress
 
 __all__ = ["LaunchError", "LaunchTimeout", "RankError", "launch"]
@@ -96,37 +99,12 @@ def launch(
         raise LaunchError("cpus= pins rank processes; inprocess=True runs none: leave cpus out")
     if inprocess:
         return [_run_inprocess(worker, where, timeout_s, args, kwargs or {}, progress)]
-    ranks = _Ranks(where, _start_context(worker, start_method), timeout_s)
+    ranks = _Ranks(where, start_context(worker, start_method), timeout_s)
     try:
         ranks.start(worker, args, kwargs or {})
         return ranks.supervise(progress, deadline_s)
     finally:
         ranks.stop()
-
-
-def _cuda_initialized() -> bool:
-    torch = sys.modules.get("torch")
-    return bool(torch is not None and torch.cuda.is_initialized())
-
-
-def _start_context(worker: Callable[..., Any], start_method: str) -> Any:
-    """The multiprocessing context: fork unless CUDA is initialised here; refuse unsafe asks."""
-    if start_method == "auto":
-        start_method = "spawn" if _cuda_initialized() else "fork"
-    if start_method == "fork" and _cuda_initialized():
-        raise LaunchError(
-            "cannot fork ranks: CUDA is already initialised in this process and does not survive "
-            "fork; restart the kernel and launch before touching the GPU, or use "
-            "start_method='spawn' with a worker defined in an importable module"
-        )
-    if start_method == "spawn" and getattr(worker, "__module__", "") == "__main__":
-        raise LaunchError(
-            f"worker {getattr(worker, '__name__', worker)!r} is defined in the notebook/script; "
-            "spawn cannot import it: move it into a .py module or use start_method='fork'"
-        )
-    if start_method not in mp.get_all_start_methods():
-        raise LaunchError(f"start_method={start_method!r} is not available on this system")
-    return mp.get_context(start_method)
 
 
 def _run_inprocess(
@@ -208,13 +186,28 @@ class _Ranks:
                     self.where.threads,
                     cpus=self.where.cpus[rank] if self.where.cpus else (),
                 )
+                payload = Payload((worker, args, kwargs))
                 p = self.mpctx.Process(
                     target=child_main,
-                    args=(worker, ctx, store, self.timeout_s, self.log(rank), writer, args, kwargs),
+                    args=(payload, ctx, store, self.timeout_s, self.log(rank), writer),
                     name=f"hpclab-rank{rank}",
                 )
-                self.procs.append(p)
-                p.start()
+                try:
+                    p.start()
+                except Exception as exc:
+                    reader.close()
+                    writer.close()
+                    method = self.mpctx.get_start_method()
+                    name = getattr(worker, "__qualname__", repr(worker))
+                    why = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+                    raise LaunchError(
+                        f"rank {rank} could not be started with {method}: "
+                        f"{type(exc).__name__}: {why} (worker {name!r} and its arguments must "
+                        "be picklable, and a script must start ranks under "
+                        "`if __name__ == '__main__':`; define the worker at the top level of an "
+                        "importable .py module)"
+                    ) from exc
+                self.procs.append(p)  # only started processes: stop() joins each of them
                 writer.close()
                 self.conns[rank] = reader
 

@@ -10,6 +10,13 @@ single-process experiment) and a requested ``device``:
 - ``"cuda"`` insists on one GPU per rank and refuses, in one line, when there are fewer.
 - ``"cpu"`` is CPU ranks, even on a GPU node.
 
+Device names, one vocabulary across the library: a *request* says ``"auto"``, ``"cpu"`` or
+``"cuda"`` (chapter 01 adds ``"all"``: the CPU and every GPU); where work *ran* is a torch device
+string, ``"cpu"`` or ``"cuda:N"``: :attr:`Placement.devices`, ``RankContext.device`` and the
+``device`` field of every record (rank 0's device for a multi-rank run). A refusal names the
+request and what is visible: "device='cuda' needs one GPU per rank: ranks=2 but 1 GPU(s) are
+visible".
+
 Threads: each rank gets ``usable cores // ranks`` intra-op threads (at least one). Given
 ``cpus`` (a set of core ids, e.g. one of several candidates benchmarked side by side in chapter
 08), the run is pinned: they are split into one disjoint, consecutive slice per rank, each rank
@@ -166,7 +173,10 @@ def _note(ranks: int, device: str, backend: str, threads: int, gpus: int, cores:
     if gpus == 0:
         why = "no GPU is visible"
     elif gpus < ranks:
-        why = f"{gpus} GPU(s) visible, fewer than one per rank"
+        why = (
+            f"{gpus} GPU(s) visible, fewer than one per rank (ranks cannot share a GPU: NCCL "
+            "refuses two ranks on one device)"
+        )
     else:
         why = "device='cpu' asked"
     text = f"{who} on CPU{via}: {why}; {threads} thread(s) each of {cores} usable core(s)"

@@ -5,8 +5,15 @@ Across nodes the course uses the field's engine instead: Slurm starts one ``torc
 the ``torchrun`` launchers meet (c10d rendezvous on the first node) and start the ranks with
 ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and
 ``MASTER_PORT`` in their environment. :func:`torchrun_context` reads them, joins the process
-group (``env://``), and yields the same :class:`RankContext`, so a worker written for the
-launcher runs unchanged under ``torchrun``.
+group, and yields the same :class:`RankContext`, so a worker written for the launcher runs
+unchanged under ``torchrun``.
+
+How the ranks meet: with ``HPCLAB_PG_STORE`` set (the local cluster, whose "nodes" are all this
+shared machine) through a ``FileStore`` at that path in the job's private directory, like the
+chapter 00 launcher: nothing listens on a port. Otherwise through ``env://``: rank 0 runs a TCP
+store at ``MASTER_ADDR:MASTER_PORT`` that listens on every interface of its node, unauthenticated,
+for the job's lifetime; on a real cluster that is the internal network between compute nodes
+(see :mod:`hpclab.cluster.multinode` for what an administrator should know).
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import re
 import signal
 from collections.abc import Iterator
 
-from hpclab.dist.context import RankContext, destroy_process_group
+from hpclab.dist.context import RankContext, destroy_process_group, init_process_group
 from hpclab.dist.failures import Failure
 from hpclab.dist.placement import gpu_count, place, torch_threads
 
@@ -43,15 +50,19 @@ def torchrun_context(timeout_s: float = 120.0) -> Iterator[RankContext]:
     import torch.distributed as dist
 
     ctx = context_from_env(timeout_s)
-    kwargs = {}
-    if ctx.backend == "nccl":
-        import torch
+    store = os.environ.get("HPCLAB_PG_STORE")
+    if store:
+        init_process_group(ctx, store, timeout_s)
+    else:
+        kwargs = {}
+        if ctx.backend == "nccl":
+            import torch
 
-        torch.cuda.set_device(int(ctx.device.split(":")[1]))
-        kwargs["device_id"] = torch.device(ctx.device)
-    dist.init_process_group(
-        backend=ctx.backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs
-    )
+            torch.cuda.set_device(int(ctx.device.split(":")[1]))
+            kwargs["device_id"] = torch.device(ctx.device)
+        dist.init_process_group(
+            backend=ctx.backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs
+        )
     try:
         with torch_threads(ctx.threads):
             yield ctx

@@ -30,6 +30,9 @@ from dataclasses import asdict, dataclass
 DISTURBED_CORES = 0.3
 # ... when our threads also waited for a core this much of the time (where that is known).
 WAITED_CORES = 0.1
+# CPU times advance in scheduler ticks (4-10 ms): over a shorter run the ratios are mostly
+# rounding ("3.8 of 2 cores" over 5 ms), so such a run is never judged.
+MIN_WALL_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class CpuShare:
 
     @property
     def disturbed(self) -> bool:
-        if self.others_cores < DISTURBED_CORES:
+        if self.wall_s < MIN_WALL_S or self.others_cores < DISTURBED_CORES:
             return False
         return self.waited_cores is None or self.waited_cores >= WAITED_CORES
 
@@ -53,8 +56,8 @@ class CpuShare:
         if not self.disturbed:
             return ""
         return (
-            f"you got {self.own_cores:.1f} of {self.cores} cores; other processes used "
-            f"{self.others_cores:.1f} meanwhile: these numbers are low (run again when it is quiet)"
+            f"you got {min(self.own_cores, self.cores):.1f} of {self.cores} cores; other processes "
+            f"used {min(self.others_cores, self.cores):.1f} meanwhile: these numbers are low (run again when it is quiet)"
         )
 
     def to_dict(self) -> dict[str, float]:
@@ -156,7 +159,16 @@ def measure_cpu_share(descendants: bool = False) -> Iterator[_Holder]:
         in_children = own_s - (_self_seconds() - self0)
         if wait0 is not None and wait1 is not None and in_children <= 0.2 * own_s:
             waited = sum(w - wait0.get(tid, 0.0) for tid, w in wait1.items()) / wall
-        holder.value = CpuShare(len(cpus), wall, own, others, waited)
+        # No share exceeds the cores we may use (children inherit our affinity): more is tick
+        # rounding over a short run.
+        cores = len(cpus)
+        holder.value = CpuShare(
+            cores,
+            wall,
+            min(own, cores),
+            min(others, cores),
+            None if waited is None else min(waited, cores),
+        )
 
 
 def cpu_share(fn, cores: int | None = None) -> float:

@@ -170,9 +170,17 @@ _A100 = {
     "bf16": 312.0,
     "fp16": 312.0,
 }
+# Blackwell, dense (no sparsity); FP4 (9,000 / 10,000) is not a dtype this table rates.
+_B200_HGX = {"fp64": 40.0, "fp64_tensor": 40.0, "fp32": 80.0, "tf32": 1100.0, "bf16": 2250.0,
+             "fp16": 2250.0, "fp8": 4500.0}  # fmt: skip
+_B200_GB200 = {"fp64": 45.0, "fp64_tensor": 45.0, "fp32": 90.0, "tf32": 1250.0, "bf16": 2500.0,
+               "fp16": 2500.0, "fp8": 5000.0}  # fmt: skip
 _DS = "NVIDIA {} datasheet"
+_BW = "NVIDIA {} datasheet, dense figures as tabulated at glennklockwood.com/garden/processors/B200"
 _GPU_TABLE: list[tuple[str, str, dict[str, float], float, str]] = [
     # (regex, spec name, TFLOP/s, GB/s, source)
+    (r"GB200", "GB200 (B200 at 1,200 W)", _B200_GB200, 8000.0, _BW.format("GB200")),
+    (r"B200", "HGX B200 (1,000 W)", _B200_HGX, 8000.0, _BW.format("HGX B200")),
     (r"GH200", "GH200 (H100 SXM compute)", _H100_SXM, 4000.0, _DS.format("GH200 Grace Hopper")),
     (r"H200.*NVL", "H200 NVL", _H100_NVL, 4800.0, _DS.format("H200")),
     (r"H200", "H200 SXM", _H100_SXM, 4800.0, _DS.format("H200 (same compute as H100 SXM)")),

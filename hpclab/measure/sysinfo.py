@@ -234,17 +234,23 @@ def _torch_facts() -> dict[str, Any]:
         import torch
     except Exception:  # noqa: BLE001
         return {"torch": None, "cuda": None, "nccl": None, "cudnn": None, "torch_threads": None}
-    nccl = None
-    if torch.version.cuda and _soft(torch.distributed.is_nccl_available, default=False):
-        # ncclGetVersion is a plain library call; it does not create a CUDA context.
-        v = _soft(torch.cuda.nccl.version)
-        nccl = ".".join(map(str, v)) if isinstance(v, tuple) else v
+    nccl = cudnn = None
+    if torch.version.cuda:
+        # Versions torch was built with: constants, no library is loaded and no CUDA call made
+        # (the runtime cuDNN version would load cuDNN; that waits until CUDA is up anyway).
+        if _soft(torch.distributed.is_nccl_available, default=False):
+            v = _soft(torch.cuda.nccl.version)
+            nccl = ".".join(map(str, v)) if isinstance(v, tuple) else v
+        built = _soft(lambda: torch._C._cudnn.getCompileVersion())
+        cudnn = ".".join(map(str, built)) if isinstance(built, tuple) else None
+        if _soft(torch.cuda.is_initialized, default=False):
+            cudnn = _soft(torch.backends.cudnn.version) or cudnn
     return {
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "torch_cuda_devices": _soft(torch.cuda.device_count, default=0),  # NVML-based, no init
         "nccl": nccl,
-        "cudnn": _soft(torch.backends.cudnn.version) if torch.version.cuda else None,
+        "cudnn": cudnn,
         "torch_threads": _soft(torch.get_num_threads),
     }
 

@@ -25,6 +25,7 @@ import torch
 
 from hpclab.config import Config, param
 from hpclab.ddp.worker import TrainSpec, batches, dataset, wrap
+from hpclab.display import figure
 from hpclab.dist import RankContext, launch
 from hpclab.measure.timing import time_fn
 from hpclab.parallel.data_parallel import BucketedDataParallel, NaiveDataParallel
@@ -178,6 +179,7 @@ def run_dp_by_hand(config: DPByHandConfig, progress: Progress) -> Result:
     return make_result("dp-by-hand", config, records)
 
 
+@figure
 def plot_dp_by_hand(result: Result):
     """Step time per implementation, split into compute and exposed communication."""
     import plotly.graph_objects as go

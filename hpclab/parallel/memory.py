@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure
 from hpclab.dist import RankContext, launch
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
@@ -195,6 +196,7 @@ def run_memory(config: MemoryConfig, progress: Progress) -> Result:
     return make_result("parallel-memory", config, records)
 
 
+@figure
 def plot_memory(result: Result):
     """Stacked bytes per rank (rank 0) by kind and strategy, the model's total as a marker."""
     import plotly.graph_objects as go

@@ -36,6 +36,24 @@ def bubble_model(stages: int, micro_batches: int) -> float:
     return (stages - 1) / (micro_batches + stages - 1)
 
 
+def bubble_model_with_comm(micro_batches: int, busy_s: list[float], message_s: float) -> float:
+    """The bubble with what (p-1)/(m+p-1) leaves out: unequal stages and the hand-overs.
+
+    ``busy_s``: each rank's compute seconds in one step (m forwards and backwards);
+    ``message_s``: one stage-to-stage send/recv of a micro-batch's activations (or gradients).
+    A stage cannot compute while it receives, so per micro-batch stage r takes
+    u_r = busy_s[r] / m + k_r message_s, k_r the messages it receives per micro-batch
+    (activations from r-1, gradients from r+1: 1 at either end, 2 inside). The slowest stage
+    paces the m micro-batches and the others' one each fills and drains the pipeline:
+    T = (m-1) max u_r + sum u_r. Rank r computes busy_s[r] of it and is idle the rest; the mean
+    idle fraction over ranks is returned. Equal stages and free messages give (p-1)/(m+p-1).
+    """
+    p, m = len(busy_s), micro_batches
+    u = [b / m + ((r > 0) + (r < p - 1)) * message_s for r, b in enumerate(busy_s)]
+    span = (m - 1) * max(u) + sum(u)
+    return sum(1 - b / span for b in busy_s) / p
+
+
 def split_stages(model: nn.Sequential, stages: int) -> list[nn.Sequential]:
     """Cut ``model`` into ``stages`` consecutive parts with about equal numbers of layers
     (a layer = a module with parameters plus the parameter-free modules after it)."""

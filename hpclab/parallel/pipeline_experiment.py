@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure
 from hpclab.dist import RankContext, launch
 from hpclab.parallel.pipeline import (
     SCHEDULES,
@@ -184,7 +185,8 @@ def run_pipeline(config: PipelineConfig, progress: Progress) -> Result:
 
     # more CPU ranks than cores still give the right weights, but ranks then take turns on the
     # cores and the measured idle time says more about the scheduler than about the pipeline
-    device = place(config.stages, config.device).device
+    where = place(config.stages, config.device)
+    device = where.device
     oversubscribed = device == "cpu" and config.stages > usable_cores()
     outs = launch(
         pipeline_worker,
@@ -200,7 +202,8 @@ def run_pipeline(config: PipelineConfig, progress: Progress) -> Result:
         recs = _schedule_records(config, kind, outs)
         mine = torch.cat([o["params"][kind] for o in outs])
         recs[0]["max_diff_vs_serial"] = float((mine - serial).abs().max())
-        recs[0]["device"], recs[0]["oversubscribed"] = device, oversubscribed
+        # "device": where rank 0 ran, a torch device string, as in every record of the library
+        recs[0]["device"], recs[0]["oversubscribed"] = where.devices[0], oversubscribed
         records += recs
     steps = {r["schedule"]: r["step_s"] for r in records if r["kind"] == "schedule"}
     for r in records:
@@ -209,6 +212,7 @@ def run_pipeline(config: PipelineConfig, progress: Progress) -> Result:
     return make_result("pipeline", config, records)
 
 
+@figure
 def plot_pipeline(result: Result):
     """Per-rank timeline of each schedule's fastest step: forward, backward, and the gaps."""
     from plotly.subplots import make_subplots

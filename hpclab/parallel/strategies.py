@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from hpclab.config import Config, param
 from hpclab.ddp.cost_model import DEFAULT_LINK_EFFICIENCY, LINKS, _slowest, ring_allreduce_s
+from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 
@@ -124,6 +125,7 @@ def run_strategy_model(config: StrategyModelConfig, progress: Progress) -> Resul
     return make_result("strategy-model", config, records)
 
 
+@figure
 def plot_strategy_model(result: Result):
     """Throughput (filled where the model fits in a GPU) and memory per GPU vs GPU count."""
     from plotly.subplots import make_subplots

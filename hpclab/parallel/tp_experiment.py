@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure
 from hpclab.dist import RankContext, launch
 from hpclab.measure.timing import time_fn
 from hpclab.parallel.tensor_parallel import ColumnParallelLinear, CommTally, RowParallelLinear
@@ -154,7 +155,8 @@ def tp_worker(ctx: RankContext, cfg: TensorParallelConfig) -> list[dict[str, Any
 def run_tensor_parallel(config: TensorParallelConfig, progress: Progress) -> Result:
     from hpclab.dist import place
 
-    device = place(config.ranks, config.device).device
+    where = place(config.ranks, config.device)
+    device = where.device
     outs = launch(
         tp_worker, config.ranks, args=(config,), device=device, progress=progress, deadline_s=600
     )
@@ -173,12 +175,13 @@ def run_tensor_parallel(config: TensorParallelConfig, progress: Progress) -> Res
                 "model_bytes_per_rank": model_bytes_per_rank(
                     row["mode"], row["batch"], config.in_features, config.out_features, p
                 ),
-                "device": device,
+                "device": where.devices[0],  # where rank 0 ran ("cpu", "cuda:0")
             }
         )
     return make_result("tensor-parallel", config, records)
 
 
+@figure
 def plot_tensor_parallel(result: Result):
     """Bytes each rank sends per step (model lines, measured markers) and time, vs batch."""
     from plotly.subplots import make_subplots

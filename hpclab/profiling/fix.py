@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure
 from hpclab.measure.timing import Timing
 from hpclab.profiling.patient import FAULTS, train
 from hpclab.progress import Progress
@@ -91,6 +92,7 @@ def run_fix(config: FixConfig, progress: Progress) -> Result:
     return make_result("profile-fix", config, records)
 
 
+@figure
 def plot_fix(result: Result) -> go.Figure:
     """Left: a waterfall of milliseconds per step as each fault is fixed. Right: workers."""
     st = [r for r in result.records if r["kind"] == "stage"]

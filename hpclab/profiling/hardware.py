@@ -151,19 +151,22 @@ def inventory() -> list[dict[str, Any]]:
             "name": info.get("cpu_model"),
             "cores_usable": info.get("cores_usable"),
             "clock_ghz": info.get("clock_ghz"),
-            "memory_gb": info.get("memory_gb"),
+            "memory_gb": info.get("mem_total_gb"),
         }
     ]
-    if torch.cuda.is_available():
-        for i in range(torch.cuda.device_count()):
-            p = torch.cuda.get_device_properties(i)
-            rows.append(
-                {
-                    "device": f"cuda:{i}",
-                    "name": p.name,
-                    "capability": f"{p.major}.{p.minor}",
-                    "multiprocessors": p.multi_processor_count,
-                    "memory_gb": p.total_memory / 2**30,
-                }
-            )
+    # From NVML/nvidia-smi: asking torch for device properties would initialise CUDA, and
+    # ranks could no longer be forked in this kernel. SM counts only once CUDA is up anyway.
+    cuda_up = torch.cuda.is_initialized()
+    for g in info.get("gpus") or []:
+        i = g["index"]
+        sms = torch.cuda.get_device_properties(i).multi_processor_count if cuda_up else None
+        rows.append(
+            {
+                "device": f"cuda:{i}",
+                "name": g.get("name"),
+                "capability": g.get("capability"),
+                "multiprocessors": sms,
+                "memory_gb": g.get("memory_gb"),
+            }
+        )
     return rows

@@ -134,3 +134,28 @@ def top_allocations(
             }
         )
     return records, peak
+
+
+def leak_per_step_bytes(monitor: int = 256, seed: int = 0) -> int:
+    """Bytes one step of the patient's ``leak`` fault keeps alive: the tensors autograd saves
+    for the monitoring loss's backward (its activations), counted with ``saved_tensors_hooks``
+    on the patient's model and a monitoring batch of the same shape; parameters and the batch
+    itself are alive anyway and not counted."""
+    import torch
+    import torch.nn.functional as F
+
+    from hpclab.profiling.patient import CLASSES, SIDE
+    from hpclab.train import make_model
+
+    model = make_model("tiny", in_features=SIDE * SIDE, classes=CLASSES, seed=seed)
+    x, y = torch.randn(monitor, SIDE * SIDE), torch.randint(0, CLASSES, (monitor,))
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        F.cross_entropy(model(x), y)
+    alive = {t.untyped_storage().data_ptr() for t in (x, y, *model.parameters())}
+    return sum(n for ptr, n in saved.items() if ptr not in alive)

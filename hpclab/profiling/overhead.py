@@ -23,6 +23,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from hpclab.config import Config, param
+from hpclab.display import figure
 from hpclab.measure.timing import Timing
 from hpclab.profiling import cprofile_tree, line_tool, memory_tool, pyspy_tool, torch_tool
 from hpclab.profiling.patient import EncodedImages, train
@@ -150,6 +151,7 @@ def run_overhead(config: OverheadConfig, progress: Progress) -> Result:
     return make_result("profiler-overhead", config, records)
 
 
+@figure
 def plot_overhead(result: Result) -> go.Figure:
     rows = sorted(result.records, key=lambda r: r["slowdown"])
     fig = go.Figure(

@@ -18,6 +18,8 @@ from typing import Any
 import plotly.graph_objects as go
 
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure
+from hpclab.private import private_dir
 from hpclab.profiling import cprofile_tree, line_tool, memory_tool, torch_tool
 from hpclab.profiling.patient import EncodedImages, parse_faults, train
 from hpclab.progress import Progress
@@ -53,7 +55,7 @@ def output_dir(out: str = "") -> Path:
 
         path = Path(platformdirs.user_cache_dir("hpclab")) / "profiles"
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path = private_dir(path)
         tempfile.TemporaryFile(dir=path).close()  # writable, not only there
     except OSError as exc:
         raise ConfigError(
@@ -93,7 +95,10 @@ def _memory(config: ProfileConfig, work: Any) -> tuple[list[dict], str]:
     lines = memory_tool.line_memory(work, train) if not error else []
     lines.sort(key=lambda r: -r["increment_mib"])
     top = [{"kind": "line", "mib": r["increment_mib"], **r} for r in lines[: config.top]]
-    return [{"kind": "ramp", "mib_per_s": slope}, *rows, *top], error
+    ramp = {"kind": "ramp", "mib_per_s": slope}
+    if "leak" in parse_faults(config.fault):  # what the leak alone should add, for the plot
+        ramp["leak_mib"] = memory_tool.leak_per_step_bytes() * config.steps / 2**20
+    return [ramp, *rows, *top], error
 
 
 def _tracemalloc(config: ProfileConfig, work: Any) -> tuple[list[dict], str]:
@@ -126,13 +131,9 @@ RUNNERS = {
 
 
 def run_profile(config: ProfileConfig, progress: Progress) -> Result:
-    if config.device == "cuda":
-        import torch
+    from hpclab.dist import place
 
-        if not torch.cuda.is_available():
-            from hpclab.config import ConfigError
-
-            raise ConfigError("device='cuda' but no CUDA GPU is visible here; use device='cpu'")
+    place(1, config.device)  # the library's one refusal when device='cuda' finds no GPU
     progress.update(0, 2, "warm-up")
     train(config.fault, steps=5, device=config.device)  # imports and first allocations
 
@@ -152,6 +153,7 @@ def rows_of(result: Result, kind: str) -> list[dict[str, Any]]:
     return [r for r in result.records if r.get("kind") == kind]
 
 
+@figure
 def plot_profile(result: Result) -> go.Figure:
     """The view that suits the tool: icicle, line bars, RSS ramp, sites, operators + timeline."""
     tool = result.config["tool"]
@@ -163,15 +165,7 @@ def plot_profile(result: Result) -> go.Figure:
         events, note = torch_tool.trace_events(trace[0]["trace_file"]) if trace else ([], "")
         return torch_tool.plot_timeline(events, note=note)
     if tool == "memory":
-        rss = rows_of(result, "rss")
-        fig = go.Figure(go.Scatter(x=[r["seconds"] for r in rss], y=[r["rss_mib"] for r in rss]))
-        slope = rows_of(result, "ramp")[0]["mib_per_s"]
-        fig.update_layout(
-            title=f"RSS during training ({title}): {slope:+.1f} MiB/s over the second half",
-            xaxis_title="seconds",
-            yaxis_title="RSS (MiB)",
-        )
-        return fig
+        return _plot_rss(rows_of(result, "rss"), rows_of(result, "ramp")[0], title)
     kind, value, label = {
         "line": ("line", "seconds", "seconds"),
         "tracemalloc": ("site", "mib", "MiB still allocated at the end"),
@@ -182,4 +176,28 @@ def plot_profile(result: Result) -> go.Figure:
     ]
     fig = go.Figure(go.Bar(x=[r[value] for r in rows], y=names, orientation="h"))
     fig.update_layout(title=f"{tool}: {title}", xaxis_title=label, margin={"l": 10}, height=480)
+    return fig
+
+
+def _plot_rss(rss: list[dict[str, Any]], ramp: dict[str, Any], title: str) -> go.Figure:
+    """RSS growth since the first sample, and the ramp the leak alone would draw: its size is
+    measured (autograd's saved tensors per step), so a leak below RSS's noise says so."""
+    t = [r["seconds"] for r in rss]
+    grown = [r["rss_mib"] - rss[0]["rss_mib"] for r in rss] if rss else []
+    fig = go.Figure(go.Scatter(x=t, y=grown, name="RSS growth (measured)"))
+    text = f"RSS during training ({title}): {ramp['mib_per_s']:+.1f} MiB/s over the second half"
+    leak = ramp.get("leak_mib")
+    if leak is not None and t:
+        fig.add_scatter(
+            x=[t[0], t[-1]], y=[0, leak], mode="lines", line={"dash": "dash", "color": "#7f7f7f"},
+            name="what the leak keeps (model: saved activations x steps)",
+        )  # fmt: skip
+        noise = max(grown) - min(grown)
+        if leak < noise / 2:
+            text += (
+                f"<br><sup>the leak keeps {leak:.1f} MiB over these steps (dashed), less than "
+                "RSS moves by itself here: more steps show the ramp.<br>On a GPU node it sits "
+                "in GPU memory, where torch.cuda.memory_allocated() draws it exactly.</sup>"
+            )
+    fig.update_layout(title=text, xaxis_title="seconds", yaxis_title="RSS growth since start (MiB)")
     return fig

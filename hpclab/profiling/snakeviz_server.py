@@ -1,5 +1,5 @@
-"""SnakeViz on a JupyterHub: loopback only, a free port, reached through the Jupyter server
-(chapter 03).
+"""SnakeViz on a JupyterHub: loopback only, a secret in its URL, reached through the Jupyter
+server, alive as long as the kernel (chapter 03).
 
 ``%snakeviz`` and a plain ``snakeviz file.prof`` do three things that fail on a cluster's hub:
 they bind ``0.0.0.0`` (every user of the node can read your profile), they open a browser tab
@@ -8,11 +8,18 @@ at ``http://127.0.0.1:8080`` (the student's laptop is not the compute node), and
 SnakeViz's own page and handler in a child process that
 
 - binds ``127.0.0.1`` on a port the kernel hands out (never a fixed one: students share nodes);
-- serves the one profile at ``/snakeviz/profile`` with SnakeViz's template and scripts patched
-  to load their static files *relative* to the page, so it works under
-  ``{hub prefix}/proxy/PORT/`` (jupyter-server-proxy; the hub's own login protects it);
-- dies with the kernel (parent-death signal, plus a parent watchdog) and after an idle limit.
+- answers only under a random secret path, ``/SECRET/snakeviz/profile`` (and its static files
+  under ``/SECRET/static/``): any other user of the node can reach a loopback port, but without
+  the secret gets 404. The secret reaches the child through its environment (readable by its
+  owner only), never its command line (``ps`` shows that to everyone);
+- serves SnakeViz's template and scripts patched to load their files *relative* to the page, so
+  it works under ``{hub prefix}/proxy/PORT/`` (jupyter-server-proxy, behind the Jupyter
+  server's own login);
+- lives as long as the kernel: it dies with it (parent-death signal, plus a parent watchdog) or
+  with :meth:`SnakeVizServer.stop`, so the link works after "Run All" and for the whole session.
 
+The link shown in the notebook opens the page as a JupyterLab tab (jupyter-server-proxy's
+``server-proxy:open`` command), not a new browser tab; outside JupyterLab it is a plain link.
 Run a profile by hand instead with ``snakeviz -s -H 127.0.0.1 -p PORT file.prof`` and an SSH
 tunnel, or open the saved ``.prof`` on your laptop with ``snakeviz file.prof``.
 """
@@ -22,7 +29,10 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import html
+import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -32,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROUTE = "snakeviz/profile"
+TOKEN_ENV = "HPCLAB_SNAKEVIZ_TOKEN"
 
 
 def jupyter_prefix() -> str:
@@ -49,15 +60,16 @@ class SnakeVizServer:
     proc: subprocess.Popen
     port: int
     profile: Path
+    token: str
 
     @property
     def local_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/{ROUTE}"
+        return f"http://127.0.0.1:{self.port}/{self.token}/{ROUTE}"
 
     @property
     def proxy_path(self) -> str:
         """The page through jupyter-server-proxy, as a path on the Jupyter server."""
-        return f"{jupyter_prefix()}proxy/{self.port}/{ROUTE}"
+        return f"{jupyter_prefix()}proxy/{self.port}/{self.token}/{ROUTE}"
 
     def running(self) -> bool:
         return self.proc.poll() is None
@@ -74,28 +86,48 @@ class SnakeVizServer:
             self.proc.stdout.close()
 
     def _repr_html_(self) -> str:
-        state = "running" if self.running() else "stopped"
+        if not self.running():
+            return (
+                f"SnakeViz for <code>{html.escape(str(self.profile))}</code> was stopped: "
+                "<code>snakeviz_server.serve(prof_file)</code> starts it again"
+            )
+        # In JupyterLab a click runs jupyter-server-proxy's command: the page opens in a lab tab
+        # (an iframe on the same origin, so the Jupyter login covers it). Elsewhere: a plain link.
+        args = {
+            "id": f"hpclab-snakeviz-{self.port}",
+            "title": f"SnakeViz: {self.profile.name}",
+            "url": self.proxy_path,
+            "newBrowserTab": False,
+        }
         return (
-            f'<a href="{self.proxy_path}" target="_blank" rel="noopener">Open SnakeViz</a> '
-            f"(through the Jupyter server; {state} on 127.0.0.1:{self.port}; "
-            f"profile <code>{self.profile}</code>)"
+            f'<a href="{html.escape(self.proxy_path)}" target="_blank" rel="noopener" '
+            'class="hpclab-snakeviz-link" data-commandlinker-command="server-proxy:open" '
+            f"data-commandlinker-args='{html.escape(json.dumps(args))}'>Open SnakeViz</a> "
+            f"(a JupyterLab tab, through the Jupyter server; running on 127.0.0.1:{self.port} "
+            f"as long as this kernel; profile <code>{html.escape(str(self.profile))}</code>)"
         )
 
 
-def serve(profile: str | os.PathLike, idle_minutes: float = 60.0, timeout_s: float = 30.0):
+def serve(
+    profile: str | os.PathLike, idle_minutes: float | None = None, timeout_s: float = 30.0
+) -> SnakeVizServer:
     """Start SnakeViz for ``profile`` on 127.0.0.1 and a free port; returns the server handle.
 
     The child prints its port once it listens; it exits when the kernel dies, when
-    :meth:`SnakeVizServer.stop` is called, or after ``idle_minutes`` without a request.
+    :meth:`SnakeVizServer.stop` is called, or (only if ``idle_minutes`` is given) after that
+    long without a request.
     """
     path = Path(profile).resolve()
     if not path.is_file():
         raise FileNotFoundError(f"profile={str(path)!r} does not exist (save one first)")
-    cmd = [sys.executable, "-m", __name__, str(path), str(os.getpid()), str(idle_minutes)]
+    idle = "0" if idle_minutes is None else str(idle_minutes)
+    cmd = [sys.executable, "-m", __name__, str(path), str(os.getpid()), idle]
     root = str(Path(__file__).resolve().parents[2])  # hpclab importable without an install
+    token = secrets.token_urlsafe(24)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+        TOKEN_ENV: token,
     }
     proc = subprocess.Popen(
         cmd,
@@ -112,7 +144,7 @@ def serve(profile: str | os.PathLike, idle_minutes: float = 60.0, timeout_s: flo
     while time.monotonic() < deadline and proc.poll() is None:
         line = proc.stdout.readline().strip()  # type: ignore[union-attr]
         if line.startswith("PORT "):
-            server = SnakeVizServer(proc, int(line.split()[1]), path)
+            server = SnakeVizServer(proc, int(line.split()[1]), path, token)
             break
     if server is None:
         with contextlib.suppress(ProcessLookupError):
@@ -169,6 +201,7 @@ def _main(profile: str, parent_pid: int, idle_minutes: float) -> None:
     from snakeviz.main import VizHandler
 
     last = [time.monotonic()]
+    token = os.environ.pop(TOKEN_ENV)
 
     class ProfileHandler(VizHandler):
         def prepare(self) -> None:
@@ -184,7 +217,10 @@ def _main(profile: str, parent_pid: int, idle_minutes: float) -> None:
     with tempfile.TemporaryDirectory(prefix="hpclab-snakeviz-") as tmp:
         templates, static = _patched_assets(Path(tmp))
         app = tornado.web.Application(
-            [(f"/{ROUTE}", ProfileHandler), (r"/static/(.*)", Static, {"path": str(static)})],
+            [
+                (f"/{token}/{ROUTE}", ProfileHandler),
+                (f"/{token}/static/(.*)", Static, {"path": str(static)}),
+            ],  # any other path (no secret, a wrong one) is 404
             template_path=str(templates),
             gzip=True,
         )
@@ -198,7 +234,7 @@ def _main(profile: str, parent_pid: int, idle_minutes: float) -> None:
 
         def watchdog() -> None:
             gone = os.getppid() != parent_pid
-            idle = time.monotonic() - last[0] > idle_minutes * 60
+            idle = idle_minutes > 0 and time.monotonic() - last[0] > idle_minutes * 60
             if stop or gone or idle:
                 tornado.ioloop.IOLoop.current().stop()
 

@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from hpclab.config import Config, param
+from hpclab.display import figure
 from hpclab.profiling.hardware import Sampler, burn, inventory
 from hpclab.profiling.patient import parse_faults, train
 from hpclab.progress import Progress
@@ -34,7 +35,8 @@ def run_watch(config: WatchConfig, progress: Progress) -> Result:
     records = []
     with Sampler(config.interval) as sampler:
         train(config.fault, steps=config.steps, on_step=lambda i: progress.update(i, config.steps))
-    records += [{"kind": "sample", **r} for r in sampler.records]
+    # The sampler's own kind (cpu, rss, gpu) becomes ``metric``: every reading is a "sample".
+    records += [{**r, "kind": "sample", "metric": r["kind"]} for r in sampler.records]
     if sampler.note:
         records.append({"kind": "note", "note": sampler.note})
     if config.burn_seconds > 0:
@@ -46,9 +48,10 @@ def run_watch(config: WatchConfig, progress: Progress) -> Result:
     return make_result("hardware-watch", config, records)
 
 
+@figure
 def plot_watch(result: Result) -> go.Figure:
     samples = [r for r in result.records if r["kind"] == "sample"]
-    gpu = [r for r in samples if r["kind"] == "sample" and "gpu" in r]
+    gpu = [r for r in samples if r["metric"] == "gpu"]
     fig = make_subplots(
         rows=3 if gpu else 2,
         cols=1,
@@ -85,7 +88,12 @@ def plot_watch(result: Result) -> go.Figure:
     note = next((r["note"] for r in result.records if r["kind"] == "note"), "")
     fig.update_layout(
         height=520 if gpu else 420,
-        title=f"While the patient trains (fault={result.config['fault']}). {note}",
+        title=f"While the patient trains (fault={result.config['fault']})"
+        + (f"<br><sup>{note}</sup>" if note else ""),
     )
     fig.update_xaxes(title_text="seconds", row=3 if gpu else 2, col=1)
+    # Percent of a core from 0 to 100 (busy cores do not hide behind each other on a 99-101
+    # axis); memory from 0, so a flat line reads as flat.
+    fig.update_yaxes(range=[0, 105], row=1, col=1)
+    fig.update_yaxes(rangemode="tozero", row=2, col=1)
     return fig

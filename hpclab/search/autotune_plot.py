@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hpclab.display import figure
 from hpclab.results import Result
 from hpclab.search.screen import KNOBS
 
@@ -19,6 +20,7 @@ def label(r: dict[str, Any]) -> str:
     )
 
 
+@figure
 def plot_autotune(result: Result) -> Any:
     """Every screened candidate's samples/s (bars, error bars min..max; grey: the default, green:
     the best, hatched: disturbed) and, as diamonds, the finalists and the default measured alone."""

@@ -7,9 +7,11 @@ takes their pool children too (:func:`hpclab.dist.reap.kill_tree`); nothing is l
 
 Celery settings that matter for trials, each for a reason:
 
-- ``task_acks_late`` + ``task_reject_on_worker_lost``: a task is acknowledged when it *ends*, so a
-  worker killed mid-trial puts the trial back in the queue (at-least-once delivery) instead of
-  losing it silently;
+- ``task_acks_late`` + ``task_reject_on_worker_lost``: a task is acknowledged when it *ends*, and a
+  task whose process dies is given back rather than acknowledged (``acks_late`` alone acks it);
+  a worker that dies whole (the ``solo`` pool below) leaves its task unacknowledged until the
+  ``visibility_timeout``, so the client resends a dead worker's trial itself
+  (:mod:`hpclab.search.celery_backend`);
 - ``worker_prefetch_multiplier=1``: a worker holds one trial at a time; a long trial does not sit
   on a queue of short ones another worker could run;
 - the broker's ``visibility_timeout`` longer than any trial, or Redis hands a running trial to a

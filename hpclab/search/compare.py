@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpclab.config import Config, param
+from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 from hpclab.search.search_experiment import SearchConfig, run_search
@@ -60,6 +61,7 @@ def trials_to_reach(records: list[dict], strategy: str, target: float) -> float:
     return statistics.median(needed) if needed else math.inf
 
 
+@figure
 def plot_strategies(result: Result) -> Any:
     """Median (line) and range over seeds (band) of the best loss so far, per strategy."""
     import statistics

@@ -171,10 +171,32 @@ def run_search(cfg: SearchConfig, progress: Progress) -> Result:
     return result
 
 
+def what_ran(result: Result) -> str:
+    """One measured line: the trials, how long one computed and what a fresh process cost (the
+    ratio the chapter's lesson is about)."""
+    import statistics
+
+    from hpclab.display import plural
+
+    recs = [r for r in result.records if r.get("fate", "finished") in ("finished", "stopped")]
+    if not recs:
+        return ""
+    cfg = result.config
+    line = (
+        f"{plural(len(recs), 'trial')} ({plural(cfg.get('epochs', 1), 'epoch')} on "
+        f"{cfg.get('samples') or 'all'} samples) on {recs[0]['backend']}: each computed "
+        f"{statistics.median(r['seconds'] for r in recs):.2f} s"
+    )
+    ups = [r["startup_s"] for r in recs if r.get("startup_s")]
+    if ups:
+        line += f", a fresh process took {statistics.median(ups):.2f} s to start"
+    return line
+
+
 def three_ways(
     trials: int | None = None, throttle: int = 2, workers: int = 2, **common: Any
 ) -> list[Result]:
-    """The chapter's comparison, "one search, three ways": the same trials (same strategy and
+    """The chapter's comparison, "one search, four ways": the same trials (same strategy and
     seed) one after another, as a job array, as submitit's array (``throttle`` at once), and on
     ``workers`` Celery workers inside one Slurm job; show it with :func:`backends_table`.
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from hpclab.display import figure
 from hpclab.results import Result
 from hpclab.search.fates import fate_counts, summary
 
@@ -76,6 +77,7 @@ def _lanes(recs: list[dict]) -> dict[int, str]:
     return out
 
 
+@figure
 def plot_search(result: Result) -> Any:
     """Left: best validation loss vs trials spent. Right: when each trial ran, per worker."""
     import plotly.graph_objects as go
@@ -129,7 +131,14 @@ def plot_search(result: Result) -> Any:
     fig.update_xaxes(title_text="trials", row=1, col=1)
     fig.update_yaxes(title_text="validation loss", type="log", row=1, col=1)
     fig.update_xaxes(title_text="seconds since the search started", row=1, col=2)
-    fig.update_layout(height=380, barmode="overlay", legend={"orientation": "h", "y": -0.25})
+    from hpclab.search.search_experiment import what_ran
+
+    fig.update_layout(
+        title=what_ran(result),
+        height=400,
+        barmode="overlay",
+        legend={"orientation": "h", "y": -0.25},
+    )
     return fig
 
 

@@ -23,9 +23,9 @@ task, so grouping ``b`` requests amortises them, while each request waits for it
 and, in a real service, for the batch to fill: ``fill_ms`` is that wait in a model (requests
 arriving evenly at ``arrivals`` per second), ``request_latency_ms`` = ``fill_ms`` + the call.
 Here the client groups requests; a real model server batches on its side instead: Triton's
-dynamic batcher and TorchServe gather the requests that arrive within a short delay
-(``max_queue_delay_microseconds``, ``max_batch_delay``) into one model call, up to a maximum
-batch size.
+dynamic batcher and Ray Serve's ``@serve.batch`` gather the requests that arrive within a short
+delay (``max_queue_delay_microseconds``, ``batch_wait_timeout_s``) into one model call, up to a
+maximum batch size; vLLM batches continuously, token by token.
 """
 
 from __future__ import annotations

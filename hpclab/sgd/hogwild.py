@@ -1,7 +1,8 @@
 """Chapter 05, Hogwild!: lock-free SGD by several processes on one shared-memory model.
 
-The model's parameters live in shared memory (``model.share_memory()``); ``workers`` forked
-processes each run plain SGD on their own minibatches and write into the same tensors with no
+The model's parameters live in shared memory (``model.share_memory()``); ``workers``
+processes (forked where no GPU is visible, else started by forkserver:
+:func:`hpclab.dist.start_method`) each run plain SGD on their own minibatches and write into the same tensors with no
 lock (Niu, Recht, Re, Wright, "Hogwild!", NIPS 2011; Nakayama 2017 shows PyTorch's version). The
 naive alternative, ``locking="locked"``, takes one process lock around every update, with the
 same interface. Serial SGD (one process, the same total number of updates) is the baseline.
@@ -18,7 +19,7 @@ from typing import Any
 
 import torch
 
-from hpclab.dist import RankContext, launch
+from hpclab.dist import RankContext, launch, start_method
 from hpclab.progress import Progress
 from hpclab.sgd.problems import Problem, Sampler
 from hpclab.train import train_step
@@ -138,7 +139,8 @@ def overlap_table(cases=OVERLAP_CASES, features: int = 2000):
 def prewarm(problem: Problem) -> None:
     """One throwaway SGD step in the parent before forking: the first optimizer in a process
     imports ``torch._dynamo`` lazily (~1 s here, several seconds on a busy node); forked
-    workers then inherit the imported modules instead of each paying for them."""
+    workers then inherit the imported modules instead of each paying for them. Only before a
+    fork: on a GPU machine a backward pass here would break autograd in forked children."""
     model = problem.model()
     sgd_step(model, torch.optim.SGD(model.parameters(), lr=0.0), problem, torch.arange(2))
 
@@ -162,8 +164,10 @@ def train_hogwild(
     """
     import multiprocessing as mp
 
-    mpctx = mp.get_context("fork")
-    prewarm(problem)
+    method = start_method(_worker_entry)  # the launcher's policy: fork only where it is safe
+    mpctx = mp.get_context(method)
+    if method == "fork":
+        prewarm(problem)
     model = problem.model()
     model.share_memory()  # parameters move to shared memory; forked workers write into them
     barrier = mpctx.Barrier(workers)
@@ -176,7 +180,7 @@ def train_hogwild(
         backend="none",  # no process group: the workers talk only through shared memory
         device="cpu",  # host shared memory, even on a GPU node
         threads_per_rank=threads,
-        start_method="fork",
+        start_method=method,
         progress=progress,
     )
     return model, outs

@@ -38,7 +38,7 @@ HEADER = 2  # [op, version] in front of every trainer -> server message
 
 @dataclass
 class Plan:
-    """Everything every rank needs (inherited through fork, never pickled)."""
+    """Everything every rank needs (inherited through fork, pickled for forkserver)."""
 
     problem: Problem
     mode: str
@@ -237,11 +237,13 @@ def _allreduce_trainer(ctx: RankContext, plan: Plan) -> dict[str, Any]:
 
 def train_paramserver(plan: Plan, progress: Any = None, timeout_s: float = 60.0) -> list[dict]:
     """Launch servers and trainers (gloo, point-to-point) and return every rank's output."""
-    from hpclab.dist import launch
+    from hpclab.dist import launch, start_method
 
     world = plan.trainers if plan.mode == "allreduce" else plan.servers + plan.trainers
-    # One gradient in the parent first: forked ranks inherit the lazily imported modules.
-    _warm_up(plan.problem, plan.problem.model(), Sampler(plan.problem.n_train, 2, 0, 0))
+    method = start_method(ps_worker)  # fork only where it is safe (chapter 05)
+    if method == "fork":
+        # One gradient in the parent first: forked ranks inherit the lazily imported modules.
+        _warm_up(plan.problem, plan.problem.model(), Sampler(plan.problem.n_train, 2, 0, 0))
     return launch(
         ps_worker,
         world,
@@ -250,7 +252,7 @@ def train_paramserver(plan: Plan, progress: Any = None, timeout_s: float = 60.0)
         device="cpu",
         timeout_s=timeout_s,
         threads_per_rank=1,
-        start_method="fork",
+        start_method=method,
         progress=progress,
     )
 

@@ -16,6 +16,7 @@ Shapes: dense inputs ``[N, 64]`` float32; sparse inputs ``[N, nnz]`` int64 featu
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -92,7 +93,7 @@ def _digits_problem(name: str, seed: int) -> Problem:
         y[:split],
         x[split:],
         y[split:],
-        lambda: make_model(arch, in_features=64, classes=10, seed=seed),
+        functools.partial(make_model, arch, in_features=64, classes=10, seed=seed),
         F.cross_entropy,
     )
 
@@ -121,7 +122,7 @@ def _sparse_problem(seed: int, features: int, nnz: int, n: int = 20000) -> Probl
         y[:n],
         x[n:],
         y[n:],
-        lambda: SparseLogReg(features),
+        functools.partial(SparseLogReg, features),
         F.binary_cross_entropy_with_logits,
         binary=True,
     )

@@ -6,7 +6,8 @@ pages out of the cache. ``drop_caches`` needs root and empties the whole node's 
 on a shared node); ``posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)`` evicts one file's clean pages
 as an ordinary user (DESIGN.md, measured facts). It cannot evict files on tmpfs (``/dev/shm``:
 they *are* memory), dirty pages (so :func:`evict` flushes first) or pages that a process still
-maps (close LMDB environments and memmaps first: the readers' ``close()`` does).
+maps (close LMDB environments and memmaps first: the readers' ``close()`` does). On a network
+file system (Lustre, NFS) it drops only this client's cache: the servers' caches stay warm.
 
 :func:`resident_fraction` asks the kernel (``mincore``) which pages are in memory, so the
 experiment can say whether "cold" really was cold.

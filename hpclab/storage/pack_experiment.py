@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpclab.config import Config, ConfigError, param
+from hpclab.private import private_dir
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 from hpclab.storage.data import make_source, parse_shape
@@ -56,7 +57,7 @@ def run_pack(config: PackConfig, progress: Progress) -> Result:
         source = make_source(config.source, config.samples, shape, config.seed, config.path)
     base = Path(config.out) if config.out else data_root() / f"pack-{config.source}"
     if not config.out or len(config.format) > 1:
-        base.mkdir(parents=True, exist_ok=True)
+        private_dir(base)
     records = []
     for k, fmt in enumerate(config.format):
         out = base if config.out and len(config.format) == 1 else base / fmt

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpclab.config import Config, param
+from hpclab.private import private_dir
 from hpclab.progress import Progress
 from hpclab.results import Result, load_reference, make_result
 from hpclab.storage.data import SyntheticImages, parse_shape
@@ -86,7 +87,8 @@ def _prepare_shared(root: Path, n: int, shape: tuple) -> dict[str, Path]:
 
 
 def _stage(method: str, shared: dict[str, Path], dest: Path, fs: SimulatedSharedFS) -> int:
-    dest.mkdir(parents=True)
+    private_dir(dest.parent)
+    dest.mkdir(mode=0o700)  # a fresh copy per method: fails if one is left over
     if method == "files":
         total = 0
         for src in sorted(shared["files"].rglob("*")):
@@ -119,7 +121,7 @@ def run_staging(config: StagingConfig, progress: Progress) -> Result:
     progress.update(0, len(config.methods) + 1, "preparing the shared copy")
     shared = _prepare_shared(data_root(), config.files, shape)
     local_root = Path(config.local) if config.local else data_root() / "local"
-    local_root.mkdir(parents=True, exist_ok=True)
+    private_dir(local_root)
     records = []
     for k, method in enumerate(config.methods):
         progress.update(k + 1, len(config.methods) + 1, f"staging as {method}")

@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from hpclab.private import private_dir
 from hpclab.storage.dataset import StorageError, read_manifest
 
 
@@ -35,7 +36,7 @@ def data_root() -> Path:
         except Exception:  # noqa: BLE001 - containers without a passwd entry
             user = str(os.getuid())
         root = Path(local) / f"hpclab-{user}" / "storage"
-    root.mkdir(parents=True, exist_ok=True)
+    private_dir(root)
     if root not in _announced:
         _announced.add(root)
         print(
@@ -130,7 +131,7 @@ def prepared(
                 return path
         except StorageError:
             pass  # a broken leftover: pack again (atomically replaces it)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     pack(SyntheticImages(samples, tuple(shape), seed=seed), fmt, path, progress=progress, **opts)
     os.utime(path.parent)
     _in_use.add(path)

@@ -80,14 +80,23 @@ def _mlock(tensor: torch.Tensor) -> bool:
     return libc.mlock(ctypes.c_void_p(tensor.data_ptr()), ctypes.c_size_t(size)) == 0
 
 
+def warm_pair(nbytes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A source holding the byte pattern and a destination, both written (every page mapped)
+    before any copy is timed; ``benchmarks/topology.py`` times its plain loop on the same."""
+    src = _fill(torch.empty(nbytes, dtype=torch.uint8))
+    dst = torch.empty(nbytes, dtype=torch.uint8)
+    dst.fill_(0)  # touch every page before timing
+    return src, dst
+
+
 def host_copy(nbytes: int, memory: str, repeat: int = 10) -> tuple[Timing, str]:
     """Time a host-to-host copy of ``nbytes`` into ``memory`` = warm | first-touch | locked.
 
     Returns (timing, note); the note is non-empty when ``locked`` fell back to ``warm``.
     """
-    src = _fill(torch.empty(nbytes, dtype=torch.uint8))
     note = ""
     if memory == "first-touch":
+        src = _fill(torch.empty(nbytes, dtype=torch.uint8))
         check = _checker(src)
         idx = check.idx
 
@@ -98,8 +107,7 @@ def host_copy(nbytes: int, memory: str, repeat: int = 10) -> tuple[Timing, str]:
             return dst[idx].clone()
 
         return time_fn(fn, repeat=repeat, check=lambda got: check.compare(got)), note
-    dst = torch.empty(nbytes, dtype=torch.uint8)
-    dst.fill_(0)  # touch every page before timing
+    src, dst = warm_pair(nbytes)
     if memory == "locked" and not _mlock(dst):
         note = "mlock was refused (RLIMIT_MEMLOCK, see `ulimit -l`): timed as a warm buffer"
     timing = time_fn(lambda: dst.copy_(src), repeat=repeat, check=_checker(src))

@@ -17,6 +17,7 @@ import torch
 
 from hpclab.compute import device as dev
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure
 from hpclab.dist.placement import DEVICES, place
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
@@ -43,6 +44,25 @@ REFERENCES = [
         "source": "NVIDIA NVbandwidth blog (host_to_device_memcpy_ce, 1 GiB: 55.6 GB/s)",
     },
 ]
+
+
+def references() -> list[dict[str, Any]]:
+    """The published figures above and this course's own H200 run (pinned and pageable)."""
+    from hpclab.results import load_reference
+
+    ours = [
+        {
+            "memory": r["memory"],
+            "direction": "h2d",
+            "link": f"PCIe 5.0 x16 (H200 node, {r['memory']})",
+            "gbps": r["gbps"],
+            "spec_gbps": lanes.pcie_gbps(5, 16),
+            "bytes": r["bytes"],
+            "source": f"{r['source']}, 256 MiB copies",
+        }
+        for r in load_reference("h200_host_copy").records
+    ]
+    return [{"bytes": 2**30, **r} for r in REFERENCES] + ours
 
 
 @dataclass(frozen=True)
@@ -154,11 +174,12 @@ def run_host_copy(config: HostCopyConfig, progress: Progress) -> Result:
     if device == "cpu" and any(m in GPU_MEMORY for m in config.memory):
         records.append({"tier": "live", "memory": "pageable/pinned", "device": "cpu", "note": why})
     if config.references:
-        records += [{"tier": "reference", "bytes": 2**30, **r} for r in REFERENCES]
+        records += [{"tier": "reference", **r} for r in references()]
     progress.update(total, total, "done")
     return make_result("host-copy", config, records)
 
 
+@figure
 def plot_host_copy(result: Result):
     """GB/s vs copy size, one line per memory kind x direction x threads; references dashed."""
     import plotly.graph_objects as go

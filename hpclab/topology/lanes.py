@@ -3,8 +3,9 @@
 One direction of a PCIe link carries ``transfer rate (GT/s) x lanes x encoding efficiency / 8``
 GB/s. Generations 1-2 encode 8 bits in 10 (80 %), generations 3-5 128 in 130 (98.5 %),
 generation 6 sends 256-byte FLITs of which 242 bytes are payload (PCI-SIG specifications).
-The link is full duplex: a quoted "32 GB/s" for a gen 4 x16 slot is usually both directions
-added; a copy in one direction gets half.
+The link is full duplex: gen 4 x16 carries ~31.5 GB/s (the usual "32 GB/s") in each direction at
+once; datasheets often add both directions (A100 "PCIe Gen4: 64 GB/s", H100 "PCIe Gen5: 128
+GB/s"), and a copy in one direction gets half of such a figure.
 
 Nakayama 2017 teaches the lane budget: one lane of gen 3 gives about 1 GB/s ("x1 = 500 MB/s one
 way" is gen 2's figure), x16 about 16 GB/s; a 40-lane Xeon fits only two x16 GPUs; two sockets
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpclab.config import Config, param
+from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 
@@ -42,13 +44,16 @@ NVLINK = {
     "NVLink 4 (H100)": 900.0,
     "NVLink 5 (B200)": 1800.0,
 }
-# InfiniBand 4x ports: signalling Gb/s and encoding. Source: InfiniBand Trade Association roadmap.
+# InfiniBand 4x ports: (Gb/s, fraction that is data). Source: InfiniBand Trade Association roadmap.
+# QDR and FDR are named by their signalling rate (8b/10b, 64b/66b); from EDR on the name is the
+# data rate already (EDR signals 4 x 25.78125 Gb/s = 103.125 with 64b/66b, giving 100).
 INFINIBAND = {
     "QDR 4x": (40.0, 8 / 10),
     "FDR 4x": (56.25, 64 / 66),
-    "EDR 4x": (100.0, 64 / 66),
-    "HDR 4x": (200.0, 64 / 66),
-    "NDR 4x": (400.0, 64 / 66),
+    "EDR 4x": (100.0, 1.0),
+    "HDR 4x": (200.0, 1.0),
+    "NDR 4x": (400.0, 1.0),
+    "XDR 4x": (800.0, 1.0),
 }
 
 
@@ -151,7 +156,7 @@ def run_lanes(config: LanesConfig, progress: Progress) -> Result:
                 "link": name,
                 "gbps_one_way": gbit * eff / 8,
                 "gbps_both_ways": 2 * gbit * eff / 8,
-                "source": "InfiniBand Trade Association (4x port signalling rate and encoding)",
+                "source": "InfiniBand Trade Association (4x port data rate)",
             }
         )
     scenarios = dict(SCENARIOS)
@@ -211,6 +216,7 @@ def reference_records() -> list[dict[str, Any]]:
     ]
 
 
+@figure
 def plot_lanes(result: Result):
     """GB/s one way by generation (a line per width), links and lecture figures beside it."""
     from plotly.subplots import make_subplots

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 from hpclab.topology import gpu_pairs, hwloc, sysfs
@@ -121,7 +122,7 @@ def run_topology(config: TopologyConfig, progress: Progress) -> Result:
     for p in pairs:
         records.append({"tier": tier, **extra, "record": "gpu_pair", **p})
     progress.update(2, 2, "done")
-    return make_result("topology", config, records)
+    return make_result("topology", config, records, timed=False)  # what hwloc read: no speed
 
 
 def topology_of(result: Result) -> hwloc.Topology:
@@ -133,6 +134,7 @@ def topology_of(result: Result) -> hwloc.Topology:
     return hwloc.Topology(summary.get("machine", "machine"), "", objects)
 
 
+@figure
 def plot_topology(result: Result):
     """The tree (colour = kind, edge width = link GB/s); see :func:`plot_pairs` for the matrix."""
     topo = topology_of(result)
@@ -140,6 +142,7 @@ def plot_topology(result: Result):
     return plot_tree(topo, detail=detail)
 
 
+@figure
 def plot_pairs(result: Result):
     """The GPU-pair matrix (NV/PIX/PXB/PHB/NODE/SYS), or an empty figure saying there are none."""
     import plotly.graph_objects as go

@@ -22,6 +22,7 @@ import torch
 
 from hpclab.compute import device as dev
 from hpclab.config import Config, param
+from hpclab.display import figure
 from hpclab.dist.placement import DEVICES
 from hpclab.measure.timing import time_fn
 from hpclab.progress import Progress
@@ -155,17 +156,17 @@ def run_overlap(config: OverlapConfig, progress: Progress) -> Result:
         copy_s = n_bytes / (config.link_gbps * 1e9)
         progress.update(1, 3, "timing one compute")
         with dev.torch_threads(1):  # one thread: steady on a shared node
-            a = torch.randn(config.compute_n, config.compute_n)
-
-            def compute() -> torch.Tensor:
-                x = a
-                for _ in range(config.matmuls):
-                    x = torch.mm(x, a) / config.compute_n
-                return x
-
-            compute_s = time_fn(compute, warmup=1, repeat=3).median_s
+            # compute_n is a GPU's matmul: on one CPU thread it takes ~1000x longer and the
+            # copies would be slivers beside it. Size the CPU's matmul so one step computes
+            # about as long as the modelled copy: both show, and overlap hides the most.
+            n, compute_s = 32, _compute_s(32, config.matmuls)
+            while compute_s < copy_s * 0.7 and n < 4096:
+                n = (int(n * 1.26) + 15) // 16 * 16  # each step about doubles the time
+                compute_s = _compute_s(n, config.matmuls)
         records.append({"tier": "model", "record": "part", "op": "copy", "seconds": copy_s})
-        records.append({"tier": "live", "record": "part", "op": "compute", "seconds": compute_s})
+        records.append(
+            {"tier": "live", "record": "part", "op": "compute", "seconds": compute_s, "n": n}
+        )
         for mode in ("serial", "overlapped"):
             events = schedule(copy_s, compute_s, config.steps, mode == "overlapped")
             records += [{"tier": "model", "mode": mode, "record": "event", **e} for e in events]
@@ -185,11 +186,25 @@ def run_overlap(config: OverlapConfig, progress: Progress) -> Result:
     return make_result("overlap", config, records)
 
 
+def _compute_s(n: int, matmuls: int) -> float:
+    """Median seconds of ``matmuls`` chained n x n matmuls on this CPU."""
+    a = torch.randn(n, n)
+
+    def compute() -> torch.Tensor:
+        x = a
+        for _ in range(matmuls):
+            x = torch.mm(x, a) / n
+        return x
+
+    return time_fn(compute, warmup=1, repeat=3).median_s
+
+
 def _mean(records: list[dict[str, Any]], op: str, mode: str) -> float:
     xs = [r["end_s"] - r["start_s"] for r in records if r.get("op") == op and r.get("mode") == mode]
     return sum(xs) / len(xs)
 
 
+@figure
 def plot_overlap(result: Result):
     """Timeline: a bar per copy (blue) and compute (orange), one row per loop."""
     import plotly.graph_objects as go
@@ -211,8 +226,17 @@ def plot_overlap(result: Result):
     modes = dict.fromkeys((e["mode"], e["tier"]) for e in events)
     order = [f"{m} ({t}) {op}" for m, t in modes for op in ("copy", "compute")]
     fig.update_yaxes(categoryorder="array", categoryarray=order[::-1])
+    part = next((r for r in result.records if r.get("op") == "compute" and "n" in r), None)
+    title = "Copy/compute timeline: serial vs overlapped (ms)"
+    if part is not None:  # no GPU: say what was modelled and how the compute was sized
+        cfg = result.config
+        title += (
+            f"<br><sup>no GPU: each copy modelled ({cfg['batch_mib']} MiB at "
+            f"{cfg['link_gbps']:g} GB/s); each compute measured, {cfg['matmuls']} matmuls of "
+            f"{part['n']}x{part['n']} on one core, sized to last as long</sup>"
+        )
     fig.update_layout(
-        title="Copy/compute timeline: serial vs overlapped (ms)",
+        title=title,
         xaxis={"title": "ms since the loop started"},
         barmode="overlay",
         height=360,

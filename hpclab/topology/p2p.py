@@ -22,6 +22,7 @@ import torch
 
 from hpclab.compute import device as dev
 from hpclab.config import Config, param
+from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 from hpclab.topology import copies, process_copy
@@ -87,6 +88,7 @@ def run_p2p(config: P2PConfig, progress: Progress) -> Result:
     return make_result("p2p", config, records)
 
 
+@figure
 def plot_p2p(result: Result):
     """Heatmaps of GB/s for every ordered pair: direct beside via host."""
     import plotly.graph_objects as go

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from listening import assert_loopback_only
 from test_lab import _open_run_all_and_check
 
 pytestmark = [pytest.mark.browser, pytest.mark.hub, pytest.mark.timeout(300)]
@@ -298,6 +299,15 @@ def test_hub_spawns_jupyterlab_as_a_slurm_job(
         cores = os.cpu_count()
         assert f"1 usable of {cores} cores" in text, "the kernel does not see the job's 1 core"
         assert "OMP_NUM_THREADS unset" not in text, "the job did not set one thread per core"
+        # The hub, its proxy, and the student's JupyterLab and kernel inside the job: loopback
+        found = assert_loopback_only(
+            [
+                hub.proc.pid,
+                *(p.pid for p in psutil.process_iter(["username"]) if p.info["username"] == user),
+            ],
+            "the hub, its proxy and the student's JupyterLab",
+        )
+        assert int(hub.url.rsplit(":", 1)[1]) in {port for *_, port in found}
 
         # 3. Stop My Server: the job leaves the queue.
         t3 = time.monotonic()

@@ -88,6 +88,8 @@ def test_timer_check_catches_a_missing_synchronize():
 
     bad = C.timer(no_sync, device="cuda")
     assert not bad and "synchronize" in bad.message
+    bad = C.timer(no_sync)  # the notebook's call, with no device: tried on the GPU as well
+    assert not bad and "on this GPU" in bad.message and "synchronize" in bad.message
     from hpclab.compute.timers import honest_time
 
     assert C.timer(lambda fn, device, warmup, repeat: honest_time(fn, repeat, device), "cuda")

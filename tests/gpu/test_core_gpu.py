@@ -84,6 +84,12 @@ def test_system_info_does_not_initialise_cuda():
         "from hpclab.measure.sysinfo import system_info\n"
         "info = system_info()\n"
         "assert info['gpus'], 'GPU not listed'\n"
+        "from hpclab.compute import device as dev\n"
+        "from hpclab.profiling.hardware import inventory\n"
+        "from hpclab.doctor import run_checks\n"
+        "assert dev.peak_gflops('cuda:0', 'bf16')[0] and 'cuda:0' in dev.gpu_sentence()\n"
+        "assert dev.unsupported('cuda:0', 'bf16') is None and len(inventory()) > 1\n"
+        "run_checks()\n"
         "assert not torch.cuda.is_initialized()\n"
         "print('ok', info['gpus'][0]['name'], info['gpus'][0]['peak_tflops'] is not None)\n"
     )

@@ -28,7 +28,7 @@ def test_pipeline_on_nccl_equals_one_process():
     )  # fmt: skip
     for r in res.records:
         if r["kind"] == "schedule":
-            assert r["device"] == "cuda" and r["max_diff_vs_serial"] < 1e-4, r
+            assert r["device"] == "cuda:0" and r["max_diff_vs_serial"] < 1e-4, r
 
 
 @needs_two
@@ -38,5 +38,5 @@ def test_tensor_parallel_on_nccl_equals_the_unsplit_layer():
         device="cuda",
     )  # fmt: skip
     for r in res.records:
-        assert r["device"] == "cuda" and r["bytes_per_rank"] == r["model_bytes_per_rank"]
+        assert r["device"] == "cuda:0" and r["bytes_per_rank"] == r["model_bytes_per_rank"]
         assert max(r["max_err_y"], r["max_err_dx"]) < 1e-3, r
