@@ -3,8 +3,8 @@ result. The local cluster declares the node dead after SlurmdTimeout (5 s here, 
 default), Slurm requeues the job (or ends it NODE_FAIL), and the result it wrote is kept, not
 discarded nor computed again. Scratch
 directories are private to each cluster and user. A rank killed in a 2 x 2 torchrun job is
-blamed by number and signal. About 50 s on 2 busy cores (the DDP test first: after a slurmd
-restart its surviving launcher took two minutes to give up once)."""
+blamed by number and signal, within seconds (the job is stopped at torchrun's first report).
+About 40 s on 2 busy cores."""
 
 from __future__ import annotations
 
