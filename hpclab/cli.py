@@ -17,7 +17,7 @@ import json
 import sys
 from typing import Any, NoReturn
 
-from hpclab.config import ConfigError
+from hpclab.config import ConfigError, element_type
 
 
 class _Parser(argparse.ArgumentParser):
@@ -33,12 +33,24 @@ def _fail(message: str, code: int = 2) -> NoReturn:
     raise SystemExit(code)
 
 
-def _tuple_parser(default: tuple) -> Any:
-    elem = type(default[0]) if default else str
+def _tuple_parser(f: dict[str, Any]) -> Any:
+    """Comma-separated values of the field's element type. An empty list is refused: where the
+    default is empty ("choose automatically", as autotune's threads and ranks), say ``auto``."""
+    default = f["default"]
+    auto = not default
+    elem = element_type(default, f["min"], f["max"])
 
     def parse(text: str) -> tuple:
+        if auto and text.strip() == "auto":
+            return ()
+        items = [x.strip() for x in text.split(",")]
+        if not all(items):
+            hint = " or 'auto' (choose automatically)" if auto else ""
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated {elem.__name__} values{hint}, got {text!r}"
+            )
         try:
-            return tuple(elem(x) for x in text.split(",") if x.strip())
+            return tuple(elem(x) for x in items)
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f"expected comma-separated {elem.__name__} values, got {text!r}"
@@ -58,7 +70,7 @@ def _add_config_flags(parser: argparse.ArgumentParser, config_cls: Any) -> None:
                 flag, dest=f["name"], action=argparse.BooleanOptionalAction, help=help_text
             )
         elif isinstance(default, tuple):
-            parser.add_argument(flag, dest=f["name"], type=_tuple_parser(default), help=help_text)
+            parser.add_argument(flag, dest=f["name"], type=_tuple_parser(f), help=help_text)
         else:
             kind = type(default) if isinstance(default, (int, float)) else str
             if isinstance(default, float):
@@ -135,18 +147,23 @@ def _cmd_run(argv: list[str]) -> int:
     except ConfigError as err:
         _fail(str(err))
     except RunError as err:
-        _fail(str(err), code=1)
+        partial = getattr(err, "result", None)  # e.g. a search that stopped: what finished
+        if partial is None:
+            _fail(str(err), code=1)
+        _show(partial, args)
+        _fail(str(err), code=getattr(err, "exit_code", 1))
     except (KeyboardInterrupt, Cancelled):
         _fail("cancelled", code=130)
     from hpclab.display import load_note
 
     if load_note(result):
         sys.stderr.write(f"note: {load_note(result)}\n")
-    if args.save:
-        from hpclab import results as store
+    return _show(result, args)
 
-        run_id = store.save(result, label=args.label)
-        sys.stderr.write(f"saved as run {run_id} in {store.store_path()}\n")
+
+def _show(result: Any, args: argparse.Namespace) -> int:
+    """Print the result (``--json``: one object) and store it with ``--save``; 1 when it could
+    not be stored (then it is also written beside the store, if that is possible)."""
     if args.json:
         print(result.to_json())
     else:
@@ -154,6 +171,17 @@ def _cmd_run(argv: list[str]) -> int:
 
         with pd.option_context("display.width", 160, "display.max_columns", 30):
             print(result.frame().to_string(index=False))
+    sys.stdout.flush()
+    if not args.save:
+        return 0
+    from hpclab import results as store
+
+    try:
+        run_id = store.save(result, label=args.label)
+    except store.StoreError as err:
+        sys.stderr.write(f"hpclab: error: {err}\n")
+        return 1
+    sys.stderr.write(f"saved as run {run_id} in {store.store_path()}\n")
     return 0
 
 
@@ -207,13 +235,37 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import signal
+    import threading
+
+    interrupted: list[bool] = []
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        interrupted.append(True)
+        raise KeyboardInterrupt
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_sigint) if main_thread else None
     try:
         return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C anywhere, even while torch is still importing
+        sys.stderr.write("hpclab: cancelled\n")
+        return 130
     except BrokenPipeError:  # `hpclab doctor | head`: the reader left; not an error
         import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception:
+        # An error that follows a Ctrl-C is its echo (an import cut in half fails later with
+        # anything, even a RecursionError inside numpy): the cause was the Ctrl-C.
+        if interrupted:
+            sys.stderr.write("hpclab: cancelled\n")
+            return 130
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ three can never disagree about what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import Any
 
@@ -67,7 +68,21 @@ def _describe_allowed(meta: dict) -> str:
     return "any value"
 
 
+def element_type(default: tuple, lo: float | None = None, hi: float | None = None) -> type:
+    """The type of a tuple field's items: its default's, else its range's (an empty default,
+    "choose automatically", still holds numbers), else str. For the CLI and the widgets."""
+    if default:
+        return type(default[0])
+    bound = lo if lo is not None else hi
+    return type(bound) if bound is not None else str
+
+
 def _check_value(name: str, value: Any, meta: dict) -> None:
+    for item in value if isinstance(value, tuple) else (value,):
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ConfigError(
+                f"{name}={item!r} must be a finite number; allowed: {_describe_allowed(meta)}"
+            )
     choices = meta.get("choices")
     if choices is not None:
         items = value if isinstance(value, tuple) else (value,)
@@ -96,6 +111,8 @@ def _coerce(name: str, value: Any, default: Any) -> Any:
         if not isinstance(value, bool):
             raise ConfigError(f"{name}={value!r} must be true or false")
         return value
+    if isinstance(value, float) and not math.isfinite(value) and isinstance(default, (int, float)):
+        raise ConfigError(f"{name}={value!r} must be a finite number")
     if isinstance(default, int):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
             raise ConfigError(f"{name}={value!r} must be a whole number")

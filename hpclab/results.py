@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import math
 import os
 import sqlite3
 from collections.abc import Iterable
@@ -19,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from hpclab.config import RunError
 from hpclab.private import private_dir, private_file
 
 TIERS = ("live", "reference", "model")
@@ -59,7 +61,9 @@ class Result:
         }
 
     def to_json(self, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(), default=_jsonable, **kwargs)
+        """Strict JSON: a NaN or infinite number (a failed trial's loss) becomes ``null``."""
+        plain = json.loads(json.dumps(self.to_dict(), default=_jsonable))
+        return json.dumps(_finite(plain), allow_nan=False, **kwargs)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Result:
@@ -74,6 +78,16 @@ class Result:
     def __add__(self, other: Result) -> Result:
         """Concatenate records of the same experiment (e.g. live + reference for one plot)."""
         return Result(self.experiment, self.config, self.env, self.records + other.records)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _jsonable(value: Any) -> Any:
@@ -161,8 +175,40 @@ def _connect(path: Path | None = None) -> sqlite3.Connection:
     return conn
 
 
+class StoreError(RunError):
+    """The store could not take a result (corrupt, unwritable, full): one line says which file
+    and why, and where the result went instead."""
+
+
 def save(result: Result, label: str = "", path: Path | None = None) -> int:
-    """Store a result; returns its id. One transaction: a crash leaves it whole or absent."""
+    """Store a result; returns its id. One transaction: a crash leaves it whole or absent.
+
+    A store that cannot take it (corrupt, unwritable) raises :class:`StoreError`; the result is
+    then written as JSON beside the store when that is possible, so nothing is lost."""
+    path = path or store_path()
+    try:
+        return _insert(result, label, path)
+    except (sqlite3.Error, OSError) as exc:
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else exc!r}"
+        kept = _beside(result, path)
+        where = f"written to {kept} instead" if kept else "printed only, not written anywhere"
+        raise StoreError(f"result not stored in {path} ({why}); {where}") from None
+
+
+def _beside(result: Result, path: Path) -> Path | None:
+    """The result as a private JSON file beside the store (None when that fails too)."""
+    stamp = result.created.replace(":", "").replace("+", "Z")
+    out = path.with_name(f"unsaved-{result.experiment}-{stamp}-{os.getpid()}.json")
+    try:
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(result.to_json())
+        return out
+    except OSError:
+        return None
+
+
+def _insert(result: Result, label: str, path: Path) -> int:
     conn = _connect(path)
     try:
         with conn:

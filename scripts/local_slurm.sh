@@ -154,10 +154,14 @@ write_conf() {
     echo "ReturnToService=2"
     echo "MinJobAge=60"
     echo "KillWait=5"
+    # a node whose slurmd stops answering is DOWN after 5 s and its jobs end NODE_FAIL (the
+    # default, 300 s, leaves a finished job's caller waiting five minutes for nothing)
+    echo "SlurmdTimeout=5"
     echo "InactiveLimit=0"
     echo "Waittime=0"
     echo "DefMemPerCPU=512"
     echo "Epilog=$ROOT/etc/epilog.sh"
+    echo "TaskProlog=$ROOT/etc/task_prolog.sh"
     echo "NodeName=DEFAULT CPUs=$cpus SocketsPerBoard=$sockets CoresPerSocket=$cores ThreadsPerCore=$threads RealMemory=$mem State=UNKNOWN"
     local i=1 n
     for n in $(node_names); do
@@ -168,9 +172,16 @@ write_conf() {
   } >"$CONF.new"
   mv "$CONF.new" "$CONF"
   chmod 0644 "$CONF"
-  # a job's node-local scratch (the local site profile's $SLURM_TMPDIR) ends with the job
-  printf '#!/bin/sh\nrm -rf "/tmp/hpclab-job-$SLURM_JOB_ID"\n' >"$ROOT/etc/epilog.sh"
-  chmod 0755 "$ROOT/etc/epilog.sh"
+  # A job's node-local scratch ($SLURM_TMPDIR, set by the task prolog as sites do) is private
+  # to this cluster and this user, and ends with the job: named by the job id alone, two local
+  # clusters' cleanups (two students, two test workers) would delete each other's data.
+  mkdir -p "$ROOT/scratch"
+  chmod 1777 "$ROOT/scratch"
+  local scratch="$ROOT/scratch/\$SLURM_JOB_UID/\$SLURM_JOB_ID"
+  printf '#!/bin/sh\nd="%s"\nmkdir -p -m 0700 "$d" && echo "export SLURM_TMPDIR=$d"\n' \
+    "$scratch" >"$ROOT/etc/task_prolog.sh"
+  printf '#!/bin/sh\nrm -rf "%s"\n' "$scratch" >"$ROOT/etc/epilog.sh"
+  chmod 0755 "$ROOT/etc/epilog.sh" "$ROOT/etc/task_prolog.sh"
 }
 
 healthy() {

@@ -116,7 +116,13 @@ def test_staging_runs_as_a_job_step_into_the_jobs_scratch(cluster):
     live = [r for r in result.records if r["tier"] == "live"]
     assert sorted(r["method"] for r in live) == ["files", "lmdb", "tar"]
     job_id = live[0]["job_id"]
-    assert all(r["slurm_tmpdir"] == f"/tmp/hpclab-job-{job_id}" for r in live)
+    # this cluster's own scratch, per user and job (scripts/local_slurm.sh's task prolog)
+    import os
+
+    from hpclab.cluster import local
+
+    scratch = f"{local.local_conf().parents[1]}/scratch/{os.getuid()}/{job_id}"
+    assert all(r["slurm_tmpdir"] == scratch for r in live)
     assert live[0]["node"] in ("node1", "node2")
     files = next(r for r in live if r["method"] == "files")
     assert files["opens"] >= 50  # one open per small file

@@ -113,7 +113,7 @@ def test_celery_in_one_job_gives_the_losses_and_leaves_nothing(cluster):
 def test_cancelling_the_workers_job_fails_trials_loudly(cluster):
     """scancel the job mid-search: one clear error, every trial accounted for, nothing left."""
     _need_broker()
-    from hpclab.search.allocation import AllocationLost
+    from hpclab.search.fates import SearchIncomplete, fate_counts
 
     fired = threading.Event()
 
@@ -126,13 +126,13 @@ def test_cancelling_the_workers_job_fails_trials_loudly(cluster):
 
     cfg = SearchConfig.create(backend="celery", where="slurm", strategy="random", trials=30,
                               epochs=2, samples=300)  # fmt: skip
-    with pytest.raises(AllocationLost) as err:
+    with pytest.raises(SearchIncomplete) as err:
         run_search(cfg, Progress(cancel_after_two))
     msg = str(err.value)
     assert fired.is_set() and "ended CANCELLED mid-search" in msg
-    done, failed, not_run = (int(msg.split(w)[0].split()[-1]) for w in
-                             (" trials done", " failed", " not run"))  # fmt: skip
-    assert done >= 2 and done + failed + not_run == 30
+    counts = fate_counts(err.value.result.records)
+    assert counts["finished"] >= 2 and sum(counts.values()) == 30
+    assert f"{counts['finished']} finished" in msg and f"{counts['never run']} never run" in msg
 
 
 def test_a_workers_job_caught_completing_reports_how_it_ended(tmp_path):

@@ -84,8 +84,10 @@ def why_not() -> str:
     """One sentence: why :func:`connect` found no Slurm."""
     if shutil.which("sbatch") is None:
         return (
-            "There is no Slurm here (no sbatch command), so the chapter shows its job scripts "
-            "and recorded runs; `hpclab cluster up` starts a local one (as root)."
+            "There is no Slurm here (no sbatch command: install Slurm, e.g. apt-get install "
+            "slurmctld slurmd slurm-client munge, or `module load slurm` on a cluster), so the "
+            "chapter shows its job scripts and recorded runs; `hpclab cluster up` starts a local "
+            "one (as root)."
         )
     return (
         "Slurm's commands are installed but no controller answers, so the chapter shows its "

@@ -39,6 +39,7 @@ import json
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -47,6 +48,8 @@ from hpclab.cluster.runner import python, require_cluster, submit
 from hpclab.cluster.spec import JobSpec
 from hpclab.config import Config, param
 from hpclab.ddp.worker import TrainSpec, ddp_worker
+from hpclab.dist.failures import RankError, diagnose
+from hpclab.dist.torchrun import torchrun_failures
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 
@@ -137,7 +140,22 @@ def run_layout(cluster, site, spec: TrainSpec, nodes: int, rpn: int, progress: P
     job = submit(
         cluster, site, job_spec(nodes, rpn, site.partition(None).cpus_per_node), cmds, workdir=work
     )
-    state = job.result(timeout_s=300, progress=progress)
+
+    # A rank killed by a signal: torchrun on its node reports it at once, while the launcher on
+    # another node may wait minutes for its rendezvous to give up. Stop at the first report.
+    def rank_died(_st: Any) -> bool:
+        return any(not f.peer_loss for f in torchrun_failures(job.log()))
+
+    st = job.wait(timeout_s=300, progress=progress, stop_when=rank_died)
+    failures = torchrun_failures(job.log())
+    if failures and (rank_died(st) or st.state != "COMPLETED"):
+        job.cancel()
+        # The rank that died first, not the launcher that reported last (often rank 0's).
+        blame = diagnose(failures, nodes * rpn, running=[], finished=[], timeout_s=0.0)
+        raise RankError(blame.rank, nodes * rpn, blame.summary, consequences=(
+            *blame.consequences, f"job {job.job_id} cancelled; its log: {job.log_path()}"),
+            raised=False)  # fmt: skip
+    state = job.result(timeout_s=60, progress=progress, output=work / "rank0.json")
     out = json.loads((work / "rank0.json").read_text())
     out["flat_params"] = torch.load(work / "params.pt")
     out["job_id"], out["restarts"] = job.job_id, state.restarts

@@ -122,7 +122,7 @@ def run_requeue(config: RequeueConfig, progress: Progress) -> Result:
             cluster.signal(job.job_id, "USR2", batch=True)
             progress.update(1, 3, f"USR2 sent to job {job.job_id}")
         budget = 600 if config.trigger == "limit" else 180
-        final = job.result(timeout_s=budget, progress=progress)
+        final = job.result(timeout_s=budget, progress=progress, output=work / "losses.json")
     finally:
         job.cancel()  # a no-op for a finished job; never leave one queued
     progress.update(2, 3, "the same training in one go")

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from hpclab.cluster.checkpoint import load_latest, save_checkpoint
+from hpclab.cluster.checkpoint import load_latest, save_atomic, save_checkpoint
 from hpclab.train import make_model, synthetic_images, train_step
 
 BATCH = 32
@@ -113,10 +113,22 @@ def record(out: Path, event: dict) -> None:
 
 
 def main(out_dir: str, steps: int, step_delay_s: float, seed: int) -> int:
-    out = Path(out_dir)
-    attempt = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+    """Train (resuming if a checkpoint exists) until done or warned; 0 either way.
+
+    Once the work is saved, a late warning must not kill the job (Slurm would call it FAILED,
+    0:12): from then on USR2 is *ignored*, not handled. A Python handler would not do: at
+    shutdown the interpreter puts back the default action of every signal it handled, and the
+    default action of USR2 is to terminate; an ignored signal it leaves ignored."""
     warned: list[float] = []
     signal.signal(signal.SIGUSR2, lambda *_: warned.append(time.time()))
+    try:
+        return _train(Path(out_dir), steps, step_delay_s, seed, warned)
+    finally:
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+
+
+def _train(out: Path, steps: int, step_delay_s: float, seed: int, warned: list[float]) -> int:
+    attempt = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
     record(out, {"event": "start", "attempt": attempt, "at": time.time()})
     torch.set_num_threads(1)
     t = Trainer(seed)
@@ -131,7 +143,7 @@ def main(out_dir: str, steps: int, step_delay_s: float, seed: int) -> int:
     while t.step < steps:
         t.train_one(attempt)
         log(f"step {t.step} loss {t.losses[-1][1]:.4f}")
-        if warned:
+        if warned and t.step < steps:  # warned after the last step: finish, do not requeue
             info = save_checkpoint(out / "checkpoints", t.step, t.state())
             record(
                 out,
@@ -151,8 +163,9 @@ def main(out_dir: str, steps: int, step_delay_s: float, seed: int) -> int:
                 log(f"requeued job {job}")
             return 0
         time.sleep(step_delay_s)  # stands in for a longer step
-    torch.save(t.flat(), out / "final.pt")
-    (out / "losses.json").write_text(json.dumps(t.losses))
+    save_atomic(t.flat(), out / "final.pt")
+    (out / "losses.json.tmp").write_text(json.dumps(t.losses))
+    os.replace(out / "losses.json.tmp", out / "losses.json")  # last, and whole: the job's done
     log(f"finished {steps} steps after {attempt} requeue(s)")
     return 0
 

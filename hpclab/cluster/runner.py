@@ -21,9 +21,8 @@ import hpclab
 from hpclab.cluster import local
 from hpclab.cluster.profiles import SiteProfile
 from hpclab.cluster.script import render
-from hpclab.cluster.slurm import Cluster, Job
+from hpclab.cluster.slurm import Cluster, Job, SlurmError
 from hpclab.cluster.spec import JobSpec
-from hpclab.config import ConfigError
 from hpclab.private import private_dir
 
 # The job script stamps the moment it launches Python, for the start-up of a trial
@@ -67,10 +66,11 @@ def job_env() -> dict[str, str]:
 
 
 def require_cluster() -> Cluster:
-    """The Slurm of :func:`hpclab.cluster.local.connect`, or a one-line ConfigError."""
+    """The Slurm of :func:`hpclab.cluster.local.connect`, or a one-line SlurmError: no Slurm is
+    the environment's lack, not a bad argument (the CLI exits 1, not 2)."""
     cluster = local.connect()
     if cluster is None:
-        raise ConfigError(local.why_not())
+        raise SlurmError(local.why_not())
     return cluster
 
 

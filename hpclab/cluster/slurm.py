@@ -226,8 +226,10 @@ class Job:
         timeout_s: float = 300.0,
         on_change: Callable[[JobState], None] | None = None,
         progress: Progress | None = None,
+        stop_when: Callable[[JobState], bool] | None = None,
     ) -> JobState:
-        """Poll until the state is in ``until``; every change is recorded in ``history``.
+        """Poll until the state is in ``until`` (or ``stop_when(state)``); every change is
+        recorded in ``history``.
 
         Ctrl-C, a cancelled ``progress`` or the timeout cancel the job before raising.
         """
@@ -242,7 +244,7 @@ class Job:
                     last = key
                     if on_change:
                         on_change(st)
-                if st.state in until:
+                if st.state in until or (stop_when is not None and stop_when(st)):
                     return st
                 if progress is not None:
                     progress.check()
@@ -255,10 +257,28 @@ class Job:
             self.cancel()
             raise
 
-    def result(self, timeout_s: float = 300.0, progress: Progress | None = None) -> JobState:
-        """Wait for the end; a job that did not complete raises with its exit code and log tail."""
-        st = self.wait(timeout_s=timeout_s, progress=progress)
-        if st.state != "COMPLETED":
+    def result(
+        self, timeout_s: float = 300.0, progress: Progress | None = None, output: Path | None = None
+    ) -> JobState:
+        """Wait for the end; a job that did not complete raises with its exit code and log tail.
+
+        ``output``: the file the job writes last, once its work is done. A job that wrote it and
+        then ended otherwise (its node lost as it finished: NODE_FAIL) is kept, not discarded;
+        one that Slurm requeued after it wrote it (a node failure requeues a batch job where
+        ``JobRequeue=1``, the default) is cancelled rather than run again. The returned state
+        says how the job ended (``restarts`` counts the requeues)."""
+        baseline = {"restarts": 0}
+
+        def done_then_requeued(st: JobState) -> bool:
+            if output is None or not Path(output).exists():
+                baseline["restarts"] = st.restarts  # the attempt that may write it
+                return False
+            return st.restarts > baseline["restarts"]
+
+        st = self.wait(timeout_s=timeout_s, progress=progress, stop_when=done_then_requeued)
+        if not st.done:
+            self.cancel()  # its work is in ``output``: no second run of it
+        if st.state != "COMPLETED" and not (output is not None and Path(output).exists()):
             raise SlurmError(
                 f"job {self.job_id} ended {st.state} with exit code {st.exit_code}; "
                 f"last lines of its log:\n{self.log(tail=15)}"

@@ -21,9 +21,12 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import re
+import signal
 from collections.abc import Iterator
 
 from hpclab.dist.context import RankContext, destroy_process_group, init_process_group
+from hpclab.dist.failures import Failure
 from hpclab.dist.placement import gpu_count, place, torch_threads
 
 
@@ -67,3 +70,34 @@ def torchrun_context(timeout_s: float = 120.0) -> Iterator[RankContext]:
         dist.barrier()
     finally:
         destroy_process_group()
+
+
+# One entry of torchrun's failure summary ("Failures:" / "Root Cause (first observed failure):"):
+#   time      : 2026-11-26_07:54:42
+#   host      : node2
+#   rank      : 3 (local_rank: 1)
+#   exitcode  : -9 (pid: 11304)  (SIGKILL)
+_ENTRY = re.compile(
+    r"time\s*:\s*(?P<time>\S+)\s*\n\s*host\s*:\s*(?P<host>\S+)\s*\n\s*rank\s*:\s*(?P<rank>\d+)"
+    r"[^\n]*\n\s*exitcode\s*:\s*(?P<code>-?\d+)[^\n]*\n(?:\s*error_file[^\n]*\n)?"
+    r"\s*traceback\s*:\s*(?P<tb>[^\n]*)"
+)
+
+
+def torchrun_failures(log: str) -> list[Failure]:
+    """Every rank failure that the ``torchrun`` launchers (one per node, all writing to the same
+    job log) reported. A rank killed by a signal other than SIGTERM failed on its own; one that
+    its launcher stopped (SIGTERM) or that exited with an error after a peer went away is a
+    consequence (``peer_loss``): :func:`hpclab.dist.failures.diagnose` then names the rank that
+    died first, not the one whose launcher happened to report last."""
+    out = []
+    for k, m in enumerate(_ENTRY.finditer(log)):
+        try:
+            at = datetime.datetime.strptime(m["time"], "%Y-%m-%d_%H:%M:%S").timestamp()
+        except ValueError:
+            at = 0.0
+        code = int(m["code"])
+        own = code < 0 and code != -signal.SIGTERM
+        out.append(Failure(int(m["rank"]), at + k * 1e-6, summary=f"on {m['host']}: {m['tb']}",
+                           exitcode=code, peer_loss=not own))  # fmt: skip
+    return out

@@ -10,13 +10,14 @@ files for the real viewers: ``.prof`` (SnakeViz, ``python -m pstats``) and the C
 from __future__ import annotations
 
 import datetime
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
 
-from hpclab.config import Config, param
+from hpclab.config import Config, ConfigError, param
 from hpclab.display import figure
 from hpclab.private import private_dir
 from hpclab.profiling import cprofile_tree, line_tool, memory_tool, torch_tool
@@ -53,7 +54,15 @@ def output_dir(out: str = "") -> Path:
         import platformdirs
 
         path = Path(platformdirs.user_cache_dir("hpclab")) / "profiles"
-    return private_dir(path)
+    try:
+        path = private_dir(path)
+        tempfile.TemporaryFile(dir=path).close()  # writable, not only there
+    except OSError as exc:
+        raise ConfigError(
+            f"out={str(path)!r} cannot be written ({exc.strerror or type(exc).__name__}); "
+            "allowed: a folder you can write, or '' for the hpclab cache"
+        ) from None
+    return path
 
 
 def _stamp(config: ProfileConfig, ext: str) -> Path:

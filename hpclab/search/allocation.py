@@ -25,14 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpclab.cluster.slurm import TERMINAL, SlurmError
-from hpclab.config import ConfigError, RunError
+from hpclab.config import ConfigError
 from hpclab.search.broker import BrokerError, start_redis, stop_redis, worker_argv
 
 _LIVE = ("PENDING", "CONFIGURING", "RUNNING")
-
-
-class AllocationLost(RunError):
-    """The job holding the search's workers ended before the search did."""
 
 
 @dataclass

@@ -68,9 +68,9 @@ class AutotuneConfig(Config):
     side: int = param(28, min=8, max=128, quick=16, help="image side (1 x side x side inputs)")
     batches: tuple = param((32, 128, 512), min=1, max=65536, help="global batch sizes to try")
     threads: tuple = param(
-        (), min=1, max=1024, help="threads per rank to try ('' = 1, 2, 4.. up to the node)"
+        (), min=1, max=1024, help="threads per rank to try (auto = 1, 2, 4.. up to the node)"
     )
-    ranks: tuple = param((), min=1, max=1024, help="ranks to try ('' = 1, 2, 4.. up to the node)")
+    ranks: tuple = param((), min=1, max=1024, help="ranks to try (auto = 1, 2, 4.. up to the node)")
     loader_workers: tuple = param((0, 1), min=0, max=64, help="DataLoader workers per rank to try")
     buckets_mb: tuple = param(
         (1.0, 25.0), min=0.0, max=1024.0, help="DDP bucket_cap_mb values to try (0: per tensor)"

@@ -173,10 +173,11 @@ def start_workers(
     raise BrokerError(f"only some of {n} Celery workers answered within {timeout_s:.0f} s")
 
 
-def stop_workers(workers: Workers) -> None:
+def stop_workers(workers: Workers, grace_s: float = 5.0) -> None:
+    """TERM (a warm shutdown: the running task ends first), KILL after ``grace_s``."""
     from hpclab.dist.reap import kill_tree
 
-    kill_tree([p.pid for p in workers.procs], grace_s=5)
+    kill_tree([p.pid for p in workers.procs], grace_s=grace_s)
     for p in workers.procs:
         try:
             p.wait(timeout=5)
@@ -195,7 +196,10 @@ def celery_pool(workers: int, threads: int = 1) -> Iterator[tuple[str, Workers]]
         pool = start_workers(redis.url, workers, threads, log_dir=Path(redis.dir))
         try:
             yield redis.url, pool
-        finally:
-            stop_workers(pool)
+        except BaseException:
+            # Stopped mid-search: a worker's warm shutdown would finish its trial first.
+            stop_workers(pool, grace_s=0.5)
+            raise
+        stop_workers(pool)
     finally:
         stop_redis(redis)

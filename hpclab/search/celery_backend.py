@@ -11,111 +11,125 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from hpclab.progress import Progress
-from hpclab.search.job_backends import failed_record as _failed
+from hpclab.progress import Cancelled, Progress
+from hpclab.search.fates import SearchStopped
+from hpclab.search.fates import failed_record as _failed
 from hpclab.search.strategies import Searcher
 
 
 def run_celery(cfg: Any, searcher: Searcher, progress: Progress) -> list[dict]:
     """Keep ``workers`` Celery workers busy. A worker that dies mid-trial: its trial is sent again
     to the others (``retries`` counts it), or reported failed when no worker is left; a trial
-    that raises is recorded with its error. No trial is lost silently."""
+    that raises is recorded with its error. No trial is lost silently: when the last worker or
+    the broker is gone, or on Ctrl-C, :class:`~hpclab.search.fates.SearchStopped` carries every
+    trial handed out (finished ones with their results, running ones failed with the cause)."""
     from hpclab.search.allocation import celery_allocation
     from hpclab.search.broker import celery_pool
-    from hpclab.search.search_experiment import _record
-    from hpclab.search.tasks import app_for
 
     records: list[dict] = []
     retries: dict[int, int] = {}
     pool_of = celery_allocation if cfg.where == "slurm" else celery_pool
-    with pool_of(cfg.workers) as (url, pool):
-        app = app_for(url)
-        t0 = time.perf_counter()
-        running: dict[int, tuple[Any, dict, float]] = {}
-        lost: set[int] = set()
+    try:
+        with pool_of(cfg.workers) as (url, pool):
+            _feed(cfg, searcher, progress, url, pool, records, retries)
+    finally:
+        for r in records:
+            r["retries"] = retries.get(r["trial"], 0)
+    return sorted(records, key=lambda r: r["trial"])
 
-        def send(index: int, params: dict) -> None:
-            res = app.send_task("hpclab.trial", args=[params, cfg.epochs, cfg.seed, cfg.samples])
-            running[index] = (res, params, time.perf_counter())
 
-        def submit(n: int) -> None:
-            for index, params in searcher.ask(n):
-                send(index, params)
+def _feed(cfg, searcher, progress, url, pool, records, retries) -> None:
+    """The searcher's loop: send, watch the workers, collect; raises SearchStopped."""
+    from redis.exceptions import RedisError
 
+    from hpclab.search.search_experiment import _record
+    from hpclab.search.tasks import app_for
+
+    app = app_for(url)
+    t0 = time.perf_counter()
+    running: dict[int, tuple[Any, dict, float]] = {}
+    lost: dict[int, str] = {}
+
+    def fail_running(cause: str, why: str) -> None:
+        for index, (res, params, t_submit) in list(running.items()):
+            records.append(_failed(index, params, why, t_submit, t0, time.perf_counter, cause))
+            res.backend = None  # dropped without unsubscribing: Redis may be gone
+        running.clear()
+
+    def send(index: int, params: dict) -> None:
+        res = app.send_task("hpclab.trial", args=[params, cfg.epochs, cfg.seed, cfg.samples])
+        running[index] = (res, params, time.perf_counter())
+
+    def submit(n: int) -> None:
+        for index, params in searcher.ask(n):
+            send(index, params)
+
+    try:
         submit(cfg.workers)
         while running:
             progress.update(len(records), cfg.trials, f"{len(running)} trials running")
-            for w, proc in enumerate(pool.procs):
-                if w in lost or proc.poll() is None:
-                    continue
-                lost.add(w)
-                live = [f"w{i}@" for i in range(len(pool.procs)) if i not in lost]
-                for index, (res, params, t_submit) in list(running.items()):
-                    if res.ready():
-                        continue
-                    info = res.info if res.state == "STARTED" else None
-                    host = str(info.get("hostname", "")) if isinstance(info, dict) else ""
-                    if any(host.startswith(h) for h in live):
-                        continue  # running on a worker that is alive
-                    # Started on the dead worker, or taken by it before it said so (still
-                    # PENDING): revoke it (a live worker drops it if it is still queued) and
-                    # send it again.
-                    app.control.revoke(res.id)
-                    res.forget()
-                    retries[index] = retries.get(index, 0) + 1
-                    if live:
-                        send(index, params)
-                    else:
-                        running.pop(index)
-                        err = (
-                            f"worker w{w} died (exit code {proc.returncode}) and no worker is left"
-                        )
-                        records.append(_failed(index, params, err, t_submit, t0, time.perf_counter))
+            _reap_lost_workers(app, pool, running, lost, retries, send)
+            if len(lost) == len(pool.procs):
+                cause, why = _all_lost(cfg, pool, lost)
+                fail_running(cause, why)
+                raise SearchStopped(cause, why, records)
             finished = [i for i, (res, _, _) in running.items() if res.ready()]
             if not finished:
-                if len(lost) == len(pool.procs):
-                    for index, (_, params, t_submit) in list(running.items()):
-                        records.append(
-                            _failed(
-                                index, params, "no worker is left", t_submit, t0, time.perf_counter
-                            )
-                        )
-                    running.clear()
                 time.sleep(0.02)
                 continue
             for index in finished:
                 res, params, t_submit = running.pop(index)
                 try:
                     out = res.get(timeout=10)
+                except RedisError:
+                    running[index] = (res, params, t_submit)
+                    raise
                 except Exception as exc:  # noqa: BLE001 - a trial's own error, kept in its record
-                    records.append(
-                        _failed(
-                            index,
-                            params,
-                            f"{type(exc).__name__}: {exc}",
-                            t_submit,
-                            t0,
-                            time.perf_counter,
-                        )
-                    )
+                    why = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                    records.append(_failed(index, params, why, t_submit, t0, time.perf_counter))
                     continue
                 searcher.tell(index, out["val_loss"])
                 records.append(_record(index, params, out, t_submit, time.perf_counter(), t0))
             submit(len(finished))
-        if cfg.where == "slurm" and pool.ended():
-            _allocation_lost(cfg, pool, records)
-    for r in records:
-        r["retries"] = retries.get(r["trial"], 0)
-    return sorted(records, key=lambda r: r["trial"])
+    except (RedisError, OSError) as exc:
+        why = f"the broker (Redis) is gone: {str(exc).splitlines()[0]}"
+        fail_running("broker lost", why)
+        raise SearchStopped("broker lost", why, records) from None
+    except (KeyboardInterrupt, Cancelled):
+        fail_running("interrupted", "interrupted (Ctrl-C or Cancel) while it ran")
+        raise SearchStopped("interrupted", "interrupted", records) from None
 
 
-def _allocation_lost(cfg: Any, pool: Any, records: list[dict]) -> None:
-    from hpclab.search.allocation import AllocationLost
+def _reap_lost_workers(app, pool, running, lost, retries, send) -> None:
+    """Trials of a worker that died go to the live ones (``retries`` counts them); with no live
+    worker left they stay in ``running`` for the caller to fail."""
+    for w, proc in enumerate(pool.procs):
+        if w in lost or proc.poll() is None:
+            continue
+        code = proc.returncode
+        lost[w] = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        live = [f"w{i}@" for i in range(len(pool.procs)) if i not in lost]
+        if not live:
+            return
+        for index, (res, params, _) in list(running.items()):
+            if res.ready():
+                continue
+            info = res.info if res.state == "STARTED" else None
+            host = str(info.get("hostname", "")) if isinstance(info, dict) else ""
+            if any(host.startswith(h) for h in live):
+                continue  # running on a worker that is alive
+            # Started on the dead worker, or taken by it before it said so (still PENDING):
+            # revoke it (a live worker drops it if it is still queued) and send it again.
+            app.control.revoke(res.id)
+            res.forget()
+            retries[index] = retries.get(index, 0) + 1
+            send(index, params)
 
-    failed = sum(1 for r in records if r.get("error"))
-    raise AllocationLost(
-        f"the workers' job {pool.job.job_id} ended {pool.state} mid-search: "
-        f"{len(records) - failed} trials done, {failed} failed, {cfg.trials - len(records)} "
-        "not run (the job was cancelled or hit its limit; its log: "
-        f"{pool.job.log_path()})"
-    )
+
+def _all_lost(cfg: Any, pool: Any, lost: dict[int, str]) -> tuple[str, str]:
+    if cfg.where == "slurm":
+        return "job ended", (
+            f"the workers' job {pool.job.job_id} ended {pool.state} mid-search (cancelled, or "
+            f"it hit its time limit; its log: {pool.job.log_path()})"
+        )
+    return "worker lost", f"all {len(lost)} workers died ({'; '.join(sorted(set(lost.values())))})"

@@ -24,11 +24,11 @@ comparable across the nodes of a cluster whose clocks are synchronised.
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
 from hpclab.progress import Progress
+from hpclab.search.fates import failed_record, fate_of
 from hpclab.search.strategies import Searcher
 
 
@@ -46,20 +46,7 @@ def job_record(
         "overhead_s": max(0.0, (t_seen - t_submit) - out["seconds"]),
         "queue_s": max(0.0, out["process_start"] - t_submit), "startup_s": out["startup_s"],
         "start_s": t_submit - t0, "began_s": out["started_at"] - t0, "end_s": t_seen - t0,
-        "worker": f"{out['node'] or 'here'}:{out['pid']}", "node": out["node"], "error": "",
-    }  # fmt: skip
-
-
-def failed_record(
-    index: int, params: dict, error: str, t_submit: float, t0: float, clock=time.time
-) -> dict:
-    """A trial that produced no result, on every backend (``clock``: the one ``t_submit`` and
-    ``t0`` were read from)."""
-    now = clock()
-    return {
-        "trial": index, "params": params, "val_loss": math.inf, "val_acc": 0.0, "epochs": 0,
-        "seconds": 0.0, "overhead_s": now - t_submit, "queue_s": 0.0, "startup_s": 0.0,
-        "start_s": t_submit - t0, "end_s": now - t0, "worker": None, "node": "", "error": error,
+        "worker": f"{out['node'] or 'here'}:{out['pid']}", "node": out["node"], **fate_of(out),
     }  # fmt: skip
 
 
@@ -101,7 +88,7 @@ def run_array(cfg: Any, searcher: Searcher, progress: Progress) -> list[dict]:
                         records[i] = job_record(i, params, late[i], t_submit, time.time(), t0)
                     elif i not in records:
                         why = f"array job {job.job_id} ended {st.state} before trial {i} wrote its result"
-                        records[i] = failed_record(i, params, why, t_submit, t0)
+                        records[i] = failed_record(i, params, why, t_submit, t0, cause="job ended")
                 break
             progress.check()
             time.sleep(cluster.poll_s)
@@ -134,7 +121,8 @@ def run_submitit(cfg: Any, searcher: Searcher, progress: Progress) -> list[dict]
     for k, outs, error in wait_results(cluster, jobs, progress=progress):
         for j, (index, params) in enumerate(chunks[k]):
             if error:
-                records.append(failed_record(index, params, error, t_submit, t0))
+                cause = "job ended" if "without a result" in error else "exception"
+                records.append(failed_record(index, params, error, t_submit, t0, cause=cause))
                 continue
             records.append(job_record(index, params, outs[j], t_submit, time.time(), t0))
             searcher.tell(index, outs[j]["val_loss"])

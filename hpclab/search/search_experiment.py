@@ -27,9 +27,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpclab.config import Config, ConfigError, param
-from hpclab.display import figure
-from hpclab.progress import Progress
+from hpclab.progress import Cancelled, Progress
 from hpclab.results import Result, make_result
+from hpclab.search.fates import (
+    SearchIncomplete,
+    SearchStopped,
+    account_for_all,
+    failed_record,
+    fate_of,
+    summary,
+)
+from hpclab.search.search_plot import backends_table, plot_search  # noqa: F401 (the chapter's)
 from hpclab.search.strategies import STRATEGIES, Searcher
 
 BACKENDS = ("sequential", "array", "submitit", "celery")
@@ -86,6 +94,7 @@ def _record(index: int, params: dict, out: dict, t_submit: float, t_end: float, 
         "worker": out["pid"],
         "queue_s": max(0.0, out["started_at"] - t_submit_wall),
         "startup_s": 0.0,
+        **fate_of(out),
     }
 
 
@@ -95,32 +104,49 @@ def _sequential(cfg: SearchConfig, searcher: Searcher, progress: Progress) -> li
     records, t0 = [], time.perf_counter()
     while batch := searcher.ask(1):
         index, params = batch[0]
-        progress.update(len(records), cfg.trials, f"trial {index + 1}/{cfg.trials}")
+        try:
+            progress.update(len(records), cfg.trials, f"trial {index + 1}/{cfg.trials}")
+        except Cancelled:  # before this trial began: it never ran
+            raise SearchStopped("interrupted", "interrupted", records) from None
         t_submit = time.perf_counter()
-        out = run_trial(params, epochs=cfg.epochs, seed=cfg.seed, samples=cfg.samples)
+        try:
+            out = run_trial(params, epochs=cfg.epochs, seed=cfg.seed, samples=cfg.samples)
+        except (KeyboardInterrupt, Cancelled):
+            why = "interrupted (Ctrl-C or Cancel) while it ran"
+            records.append(failed_record(index, params, why, t_submit, t0, time.perf_counter,
+                                         cause="interrupted"))  # fmt: skip
+            raise SearchStopped("interrupted", "interrupted", records) from None
         searcher.tell(index, out["val_loss"])
         records.append(_record(index, params, out, t_submit, time.perf_counter(), t0))
     return records
 
 
 def run_search(cfg: SearchConfig, progress: Progress) -> Result:
+    """Run the search; every trial asked for ends with a ``fate`` (:mod:`hpclab.search.fates`).
+    A search that stopped early raises :class:`~hpclab.search.fates.SearchIncomplete` with
+    the result (finished trials kept) and one line saying why and how many finished."""
+    from hpclab.measure.sysinfo import system_info
+    from hpclab.search.celery_backend import run_celery
     from hpclab.search.job_backends import run_array, run_submitit
 
+    system_info()  # the result's fingerprint (torch, the clock), now: a stop then takes no time
     searcher = Searcher(cfg.strategy, cfg.trials, cfg.seed)
-    from hpclab.search.celery_backend import run_celery
-
     backend = {"sequential": _sequential, "celery": run_celery, "array": run_array}
     backend["submitit"] = run_submitit
     t0 = time.perf_counter()
-    records = backend[cfg.backend](cfg, searcher, progress)
+    stopped = None
+    try:
+        records = backend[cfg.backend](cfg, searcher, progress)
+    except SearchStopped as stop:
+        records, stopped = stop.records, stop
     wall = time.perf_counter() - t0
+    records = account_for_all(records, cfg.trials)
     best = math.inf
     busy = sum(r["seconds"] for r in records)
-    for r in records:
-        r.setdefault("retries", 0)
-        r.setdefault("error", "")
     for r in records:  # in trial order: the best loss found after this many trials
-        best = min(best, r["val_loss"])
+        r.setdefault("retries", 0)
+        if r["fate"] in ("finished", "stopped"):
+            best = min(best, r["val_loss"])
         r.update(
             best_so_far=best,
             backend=cfg.backend,
@@ -131,135 +157,18 @@ def run_search(cfg: SearchConfig, progress: Progress) -> Result:
             utilisation=busy / (wall * cfg.slots),
             tier="live",
         )
-    progress.update(cfg.trials, cfg.trials, "")
     in_jobs = cfg.backend in ("array", "submitit") or (
         cfg.backend == "celery" and cfg.where == "slurm"
     )
-    return make_result("search", cfg, records, ran_elsewhere=in_jobs)
-
-
-def _label(res: Result) -> str:
-    r = res.records[0]
-    where = " in one job" if r.get("where") == "slurm" else ""
-    return f"{r['backend']}{where}"
-
-
-def backends_table(results: list[Result]) -> Any:
-    """One row per search: wall time, median trial, the median overhead per trial split into
-    queue wait (scheduler or broker) and start-up (a fresh process's imports and data), the
-    trials that could run at once, utilisation (the fraction of their time spent computing) and
-    the best loss. The chapter's three-way comparison: sequential vs job array vs submitit vs
-    Celery workers (here or inside one allocation) on the same trials."""
-    import statistics
-
-    import pandas as pd
-
-    rows = []
-    for res in results:
-        recs = res.records
-
-        def med(key: str, recs: list[dict] = recs) -> float:
-            return statistics.median(r.get(key, 0.0) for r in recs)
-
-        rows.append({
-            "backend": _label(res),
-            "at once": SearchConfig.create(**res.config).slots if res.config else 1,
-            "trials": len(recs),
-            "failed": sum(1 for r in recs if r.get("error")),
-            "wall (s)": round(recs[0]["wall_s"], 2),
-            "median trial (s)": round(med("seconds"), 3),
-            "median overhead (s)": round(med("overhead_s"), 3),
-            "of which queue (s)": round(med("queue_s"), 3),
-            "of which start-up (s)": round(med("startup_s"), 3),
-            "utilisation": f"{recs[0]['utilisation']:.0%}",
-            "best loss": round(min(r["val_loss"] for r in recs), 3),
-        })  # fmt: skip
-    return pd.DataFrame(rows).set_index("backend")
-
-
-def _lanes(recs: list[dict]) -> dict[int, str]:
-    """A lane per worker; for jobs (a fresh process per task) a lane per slot: each process
-    takes the first lane free when it starts, so the lanes show how many ran at once."""
-    recs = [r for r in recs if r["worker"] is not None]
-    if not any("began_s" in r for r in recs):
-        workers = sorted({r["worker"] for r in recs}, key=str)
-        return {r["trial"]: f"worker {workers.index(r['worker']) + 1}" for r in recs}
-    free_at: list[float] = []
-    lane_of: dict[str, int] = {}
-    out = {}
-    for r in sorted(recs, key=lambda r: r["began_s"]):
-        if r["worker"] not in lane_of:
-            begin = r["began_s"] - r["startup_s"]  # the process started
-            free = [i for i, t in enumerate(free_at) if t <= begin + 1e-3]
-            lane_of[r["worker"]] = free[0] if free else len(free_at)
-            if not free:
-                free_at.append(0.0)
-        lane = lane_of[r["worker"]]
-        free_at[lane] = max(free_at[lane], r["began_s"] + r["seconds"])
-        out[r["trial"]] = f"slot {lane + 1}"
-    return out
-
-
-@figure
-def plot_search(result: Result) -> Any:
-    """Left: best validation loss vs trials spent. Right: when each trial ran, per worker."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    recs = result.records
-    fig = make_subplots(
-        rows=1, cols=2, horizontal_spacing=0.12,
-        subplot_titles=("best validation loss so far",
-                        "trials per worker (grey: waiting, orange: start-up, blue: computing)"),
-    )  # fmt: skip
-    fig.add_trace(
-        go.Scatter(
-            x=[r["trial"] + 1 for r in recs], y=[r["best_so_far"] for r in recs],
-            mode="lines+markers", name=f"{recs[0]['strategy']} on {recs[0]['backend']}" if recs else "",
-        ),
-        row=1, col=1,
-    )  # fmt: skip
-    lanes = _lanes(recs)
-    bars = []
-    for r in recs:
-        if r["worker"] is None:
-            continue
-        # Grey: waiting (queue, throttle or broker); orange: a fresh process starting (imports,
-        # data, a first step); blue: the trial computing; light grey: until the notebook had
-        # the result. A later trial of a task runs in its warm process: no queue, no start-up.
-        if "began_s" in r:
-            began = r["began_s"]
-            segments = [(began, r["seconds"], "#1f77b4", "computing"),
-                        (began + r["seconds"], r["end_s"] - began - r["seconds"], "#e5e5e5",
-                         "result back")]  # fmt: skip
-            if r["startup_s"]:
-                segments += [(r["start_s"], r["queue_s"], "#c7c7c7", "queue"),
-                             (began - r["startup_s"], r["startup_s"], "#ff7f0e", "start-up")]  # fmt: skip
-        else:
-            computing_from = r["end_s"] - r["seconds"]
-            segments = [(r["start_s"], computing_from - r["start_s"], "#c7c7c7", "queue + dispatch"),
-                        (computing_from, r["seconds"], "#1f77b4", "computing")]  # fmt: skip
-        bars += [(r, *seg) for seg in segments if seg[1] > 0]
-    # Waiting first, so that a task queued behind a running one does not hide its compute.
-    for r, base, width, colour, what in sorted(bars, key=lambda b: b[3] != "#c7c7c7"):
-        fig.add_trace(
-            go.Bar(
-                x=[width], y=[lanes[r["trial"]]], base=[base], orientation="h",
-                showlegend=False, marker_color=colour, marker_line_width=0.5,
-                hovertext=f"trial {r['trial'] + 1}, {what} {width:.2f} s: loss {r['val_loss']:.3f}",
-            ),
-            row=1, col=2,
-        )  # fmt: skip
-    fig.update_xaxes(title_text="trials", row=1, col=1)
-    fig.update_yaxes(title_text="validation loss", type="log", row=1, col=1)
-    fig.update_xaxes(title_text="seconds since the search started", row=1, col=2)
-    fig.update_layout(
-        title=what_ran(result),
-        height=400,
-        barmode="overlay",
-        legend={"orientation": "h", "y": -0.25},
-    )
-    return fig
+    result = make_result("search", cfg, records, ran_elsewhere=in_jobs)
+    if stopped is not None:
+        raise SearchIncomplete(
+            f"search stopped, {stopped}: {summary(records)} of {cfg.trials} trials",
+            result,
+            stopped.cause,
+        )
+    progress.update(cfg.trials, cfg.trials, "")
+    return result
 
 
 def what_ran(result: Result) -> str:
@@ -269,7 +178,7 @@ def what_ran(result: Result) -> str:
 
     from hpclab.display import plural
 
-    recs = [r for r in result.records if r.get("seconds") is not None]
+    recs = [r for r in result.records if r.get("fate", "finished") in ("finished", "stopped")]
     if not recs:
         return ""
     cfg = result.config

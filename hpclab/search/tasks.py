@@ -35,6 +35,11 @@ def app_for(url: str) -> Celery:
         result_serializer="json",
         accept_content=["json"],
         broker_connection_retry_on_startup=True,
+        # Redis runs beside the searcher: when it is gone it is not coming back. Fail at once
+        # (the search keeps what finished) instead of 20 reconnection attempts per call.
+        result_backend_transport_options={
+            "retry_policy": {"max_retries": 1, "interval_start": 0, "interval_step": 0.1}
+        },
     )
     app.task(name="hpclab.trial", bind=False)(_trial)
     app.task(name="hpclab.echo", bind=False)(_echo)

@@ -16,7 +16,7 @@ import math
 import re
 from typing import Any
 
-from hpclab.config import ConfigError
+from hpclab.config import ConfigError, element_type
 
 CONTROL_CLASS = "hpclab-control"  # the browser test finds controls by this class
 _AUTO_RE = re.compile(r"\(0 = ([^)]+)\)")
@@ -134,11 +134,12 @@ def make_control(field: dict[str, Any], value: Any) -> Any:
     return ctl
 
 
-def read_control(ctl: Any, default: Any) -> Any:
-    """The control's value as the config field wants it (tuples parsed from text)."""
+def read_control(ctl: Any, default: Any, lo: float | None = None, hi: float | None = None) -> Any:
+    """The control's value as the config field wants it (tuples parsed from text; ``lo``/``hi``:
+    the field's range, which gives an empty default's item type)."""
     value = ctl.value
     if isinstance(default, tuple) and isinstance(value, str):
-        elem = type(default[0]) if default else str
+        elem = element_type(default, lo, hi)
         try:
             return tuple(
                 elem(0) if x.strip().lower() == "auto" else elem(x.strip())

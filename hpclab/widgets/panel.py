@@ -60,6 +60,7 @@ class ExperimentPanel:
             raise ConfigError(f"unknown field {unknown[0]!r}; known: {', '.join(described)}")
         self.controls = {n: make_control(described[n], getattr(base, n)) for n in names}
         self._defaults = {n: described[n]["default"] for n in names}
+        self._ranges = {n: (described[n]["min"], described[n]["max"]) for n in names}
 
         self.runner = Runner(self._work, before=self.config)
         self.view = FigureView(placeholder="press Run to measure")
@@ -111,7 +112,7 @@ class ExperimentPanel:
     def config(self) -> Any:
         values = dict(self.fixed)
         for name, ctl in self.controls.items():
-            values[name] = read_control(ctl, self._defaults[name])
+            values[name] = read_control(ctl, self._defaults[name], *self._ranges[name])
         return self.experiment.config.create(**values)
 
     # --- glue -------------------------------------------------------------------------------
