@@ -12,14 +12,41 @@ from hpclab.check import compute as C
 # --- (a) FLOP counts -------------------------------------------------------------------------
 
 
-def test_gemm_flops():
-    assert C.gemm_flops(2 * 512 * 256 * 128, 512, 256, 128)
-    bad = C.gemm_flops(512 * 256 * 128, 512, 256, 128)
-    assert not bad and "multiply-adds" in bad.message
-    bad = C.gemm_flops(2 * 512**3, 512, 256, 128)
-    assert not bad and "not square" in bad.message
-    bad = C.gemm_flops(2 * 512 * 256, 512, 256, 128)
-    assert not bad and "each output needs k" in bad.message
+def _notebook_gemm_case():
+    """The (m, n, k) that chapter 01's check cell passes to gemm_flops."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "solutions" / "01_gpu_vs_cpu.ipynb").read_text()
+    m, n, k = re.search(r"gemm_flops\(mm_flops, m=(\d+), n=(\d+), k=(\d+)\)", text).groups()
+    return int(m), int(n), int(k)
+
+
+@pytest.mark.parametrize(
+    "wrong, advice",
+    [
+        (lambda m, n, k: m * n * k, "multiply-adds"),
+        (lambda m, n, k: 4 * m * n * k, "4 FLOPs per multiply-add"),
+        (lambda m, n, k: 2 * n**3, "not square"),
+        (lambda m, n, k: 2 * m**3, "not square"),
+        (lambda m, n, k: 2 * k**3, "not square"),
+        (lambda m, n, k: 2 * m * n, "each output needs k"),
+        (lambda m, n, k: 2 * m * k, "each output needs k"),
+        (lambda m, n, k: 2 * (m + n) * k, "expected count"),
+        (lambda m, n, k: n**3, "expected count"),
+        (lambda m, n, k: 2 * m * n * n, "expected count"),
+    ],
+)
+def test_gemm_flops_no_wrong_formula_coincides_at_the_notebook_case(wrong, advice):
+    # At 512 x 256 x 128 the square 2 n^3 equalled 2 m n k; the notebook's sizes must keep
+    # every plausible wrong formula apart from the right one.
+    m, n, k = _notebook_gemm_case()
+    assert C.gemm_flops(2 * m * n * k, m, n, k)
+    bad = C.gemm_flops(wrong(m, n, k), m, n, k)
+    assert not bad and advice in bad.message, bad.message
+
+
+def test_gemm_flops_says_what_it_expected():
     assert "should be a number" in C.gemm_flops("lots", 1, 2, 3).message
 
 

@@ -296,7 +296,7 @@ def _mistakes():
         ),  # fmt: skip
         ("serial", lambda: T.pipeline(lambda c, k, n: n * (c + k)), "serial loop"),
         ("no fill", lambda: T.pipeline(lambda c, k, n: n * max(c, k)), "nothing to hide"),
-        ("macs", lambda: C.gemm_flops(512 * 256 * 128, 512, 256, 128), "multiply-adds"),
+        ("macs", lambda: C.gemm_flops(512 * 384 * 96, 512, 384, 96), "multiply-adds"),
         ("percent", lambda: C.peak_fraction(50.0, 1.0, 2.0), "not a percentage"),
         ("inverse", lambda: C.peak_fraction(2.0, 1.0, 2.0), "divided the peak"),
         ("no write", lambda: C.add_intensity(1 / 8), "write of c"),
@@ -312,9 +312,11 @@ def _mistakes():
             "left out the /n",
         ),  # fmt: skip
         ("bits/s", lambda: D.busbw(lambda b, s, n: 8 * ring(b, s, n), 4e6, 1e-3, 2), "Gbit/s"),
-        ("MiB", lambda: S.read_bandwidth(3000 * 110e3 / 2**20, 3000, 3), "not MiB"),
+        ("MiB", lambda: S.read_bandwidth(3000 * 110e3 / 2**20, 3000, 3000 / 1024), "not MiB"),
         ("megabits", lambda: S.read_bandwidth(3000 * 110e3 * 8 / 1e6, 3000, 3), "megabits"),
-        ("per file", lambda: S.read_bandwidth(330, 3000, 3000), "one open serves 1000"),
+        ("per file", lambda: S.read_bandwidth(330, 3000, 3000), "one open serves 1024"),
+        ("kB 1024", lambda: S.read_bandwidth(337.92, 3000, 3000 / 1024), "not 1024"),
+        ("shard floor", lambda: S.read_bandwidth(330, 3000, 3000 // 1024), "need not be whole"),
         ("no workers", lambda: S.workers(0, table), "decodes every batch itself"),
         ("extra workers", lambda: S.workers(2, table), "1 already are"),
         ("fraction %", lambda: W.fraction_of_peak(50.0, p, info), "not a percentage"),

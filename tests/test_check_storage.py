@@ -254,18 +254,36 @@ def test_shards_rejects_a_dropped_last_shard_and_a_single_tar():
 
 # --- (c) bandwidth -------------------------------------------------------------------------
 def test_bandwidth_accepts_the_solution():
-    assert check.read_bandwidth(3000 * 110e3 / 1e6, 3000, 3000 / 1000).passed
+    assert check.read_bandwidth(3000 * 110e3 / 1e6, 3000, 3000 / 1024).passed
+    assert check.read_bandwidth(3500 * 110e3 / 1e6, 3500, 3500 / 1024, target_img_s=3500).passed
 
 
 def test_bandwidth_rejects_mib_bits_and_shard_mistakes():
-    r = check.read_bandwidth(3000 * 110e3 / 2**20, 3000, 3)
+    r = check.read_bandwidth(3000 * 110e3 / 2**20, 3000, 3000 / 1024)
     assert not r.passed and "MiB" in r.message
-    r = check.read_bandwidth(3000 * 110e3 * 8 / 1e6, 3000, 3)
+    r = check.read_bandwidth(3000 * 110e3 * 8 / 1e6, 3000, 3000 / 1024)
     assert not r.passed and "megabits" in r.message
     r = check.read_bandwidth(330, 3000, 3000)
-    assert not r.passed and "one open serves 1000 images" in r.message
+    assert not r.passed and "one open serves 1024 images" in r.message
     r = check.read_bandwidth("lots", 3000, 3)
     assert not r.passed and "should be a number" in r.message
+
+
+@pytest.mark.parametrize("target, per_shard", [(3000, 1024), (3500, 1000), (2000, 1024)])
+def test_bandwidth_rejects_a_rounded_shard_rate(target, per_shard):
+    # 3000 / 1000 was whole, so target // per_shard passed; the default case is no longer whole.
+    for rounded in (target // per_shard, -(-target // per_shard)):
+        r = check.read_bandwidth(
+            target * 110e3 / 1e6, target, rounded, target_img_s=target, per_shard=per_shard
+        )
+        assert not r.passed and "a rate need not be whole" in r.message, r.message
+
+
+@pytest.mark.parametrize("target", [3000, 3500])
+def test_bandwidth_names_a_kb_of_1024_bytes(target):
+    r = check.read_bandwidth(target * 110 * 1024 / 1e6, target, target / 1024, target_img_s=target)
+    assert not r.passed and "a kB here is 1000 bytes, not 1024" in r.message
+    assert "MiB" not in r.message  # the hint names the mistake made, not another
 
 
 # --- (d) choose num_workers ----------------------------------------------------------------

@@ -209,7 +209,7 @@ def read_bandwidth(
     shard_files_per_s: Any,
     target_img_s: float = 3000,
     sample_kb: float = 110,
-    per_shard: int = 1000,
+    per_shard: int = 1024,
 ) -> CheckResult:
     """Bandwidth (MB/s, 10^6 bytes) and file opens per second a job needs at ``target_img_s``."""
     values = {}
@@ -230,6 +230,8 @@ def read_bandwidth(
     if not near(r, 1.0, 0.01):
         if near(r, 1 / 1.048576, 0.01) or near(r, 1 / 1.024, 0.01):
             hints.append("mb_per_s: use MB = 10^6 bytes (kB = 1000 bytes), not MiB")
+        elif near(r, 1.024, 0.005):
+            hints.append("mb_per_s: a kB here is 1000 bytes, not 1024")
         elif near(r, 8.0):
             hints.append("mb_per_s: that is megabits; divide by 8 for megabytes")
         elif near(r, 1e3) or near(r, 1e-3):
@@ -240,7 +242,12 @@ def read_bandwidth(
         hints.append("files_per_s: with one file per sample, every image is one open")
     rs = values["shard_files_per_s"] / want_shards
     if not near(rs, 1.0, 0.01):
-        if near(rs, per_shard**2):
+        if values["shard_files_per_s"] in (math.floor(want_shards), math.ceil(want_shards)):
+            hints.append(
+                f"shard_files_per_s: a rate need not be whole: {target_img_s:g} / {per_shard} "
+                "opens per second, not rounded"
+            )
+        elif near(rs, per_shard**2):
             hints.append("shard_files_per_s: divide the images/s by the samples per shard")
         elif near(values["shard_files_per_s"] / want_files, 1.0, 0.01):
             hints.append(
