@@ -201,7 +201,6 @@ CONTEXT = {
     "roof": (0.1, 100.0, 10.0),
     "crossover": (1e-5, 1e10, 1e-3, 1e12),
     "crossing_pairs": ([],),
-    "best_group": ([], 4),
     "matmul_bound": ([],),
     "workers": ({1: 1.0},),
     "busbw": (1e6, 1e-3, 2),

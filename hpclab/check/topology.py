@@ -3,6 +3,9 @@ reading a GPU-pair matrix, pinned vs pageable copy time, and the copy/compute pi
 
 from __future__ import annotations
 
+import copy
+import functools
+import random
 from collections.abc import Callable
 from itertools import combinations
 from typing import Any
@@ -101,30 +104,134 @@ def crossing_pairs(answer: Any, pairs: list[dict[str, Any]]) -> CheckResult:
     return failed("; ".join(hints) + ".")
 
 
+def _gpus(pairs: list[dict[str, Any]]) -> list[str]:
+    """The GPU labels of a pair list, in their numbering order (GPU2 before GPU10)."""
+    labels = {g for p in pairs for g in (p["gpu_a"], p["gpu_b"])}
+    return sorted(labels, key=lambda g: (len(g), g))
+
+
+def _renumbered(pairs: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
+    """The same machine with its GPUs numbered in another order, records in label order."""
+    old = _gpus(pairs)
+    new = dict(zip(old, random.Random(seed).sample(old, len(old)), strict=True))
+    out = []
+    for p in pairs:
+        a, b, na, nb = new[p["gpu_a"]], new[p["gpu_b"]], p["numa_a"], p["numa_b"]
+        if (len(a), a) > (len(b), b):
+            a, b, na, nb = b, a, nb, na
+        out.append(dict(p, gpu_a=a, gpu_b=b, numa_a=na, numa_b=nb))
+    order = {g: i for i, g in enumerate(old)}
+    return sorted(out, key=lambda p: (order[p["gpu_a"]], order[p["gpu_b"]]))
+
+
+def _made_up() -> list[dict[str, Any]]:
+    """Six GPUs: 0 and 5 share a switch (PIX), 2-3-4 sit below two levels of switches (PXB),
+    all on socket 0 but on two host bridges (NODE between them); 1 is on socket 1 (SYS). The
+    best three are 2, 3 and 4; a group grown from GPU0 or from the closest pair is not."""
+    numa = [0, 1, 0, 0, 0, 0]
+    close = {(0, 5): "PIX", (2, 3): "PXB", (2, 4): "PXB", (3, 4): "PXB"}
+    return [
+        {
+            "gpu_a": f"GPU{a}",
+            "gpu_b": f"GPU{b}",
+            "pcie_path": close.get((a, b), "SYS" if 1 in (a, b) else "NODE"),
+            "numa_a": numa[a],
+            "numa_b": numa[b],
+        }
+        for a, b in combinations(range(6), 2)
+    ]
+
+
+@functools.cache
+def _group_cases() -> tuple[tuple[str, list[dict[str, Any]], int, dict, int], ...]:
+    """(where, pairs, k, level of each pair, the best worst level of k GPUs) per case."""
+    from hpclab.topology import gpu_pairs, hwloc
+
+    def machine(name: str) -> list[dict[str, Any]]:
+        return gpu_pairs.from_topology(hwloc.load(name))
+
+    dgx2 = machine("dgx2")
+    shuffled = _renumbered(dgx2, 2)
+    cases = [
+        ("the DGX-2H", dgx2, 4),
+        ("the DGX-2H", dgx2, 2),
+        ("the DGX-2H with its GPUs renumbered", shuffled, 4),
+        ("the DGX-2H with its GPUs renumbered", shuffled, 2),
+        ("the DGX-2H with its GPUs renumbered", shuffled, 6),
+        ("the POWER8 Minsky", machine("power8-minsky"), 2),
+        ("the two-socket Xeon with 3 GPUs", machine("xeon-2s-3gpu-ib"), 2),
+        ("a made-up machine (0-5 PIX, 2-3-4 PXB, 1 on socket 1)", _made_up(), 3),
+        ("the made-up machine with its GPUs renumbered", _renumbered(_made_up(), 1), 3),
+    ]
+    out = []
+    for where, pairs, k in cases:
+        level = {_pair((p["gpu_a"], p["gpu_b"])): LEVELS.index(p["pcie_path"]) for p in pairs}
+        best = min(_worst(g, level) for g in combinations(_gpus(pairs), k))
+        out.append((where, pairs, k, level, best))
+    return tuple(out)
+
+
+def _worst(group: tuple[str, ...], level: dict) -> int:
+    return max(level[_pair(p)] for p in combinations(group, 2))
+
+
+def _group_mistake(group: list[str], pairs: list[dict[str, Any]], k: int, level: dict) -> str:
+    """A hint true of the group returned, when it matches a known wrong method."""
+    gpus = _gpus(pairs)
+    numa = {p[f"gpu_{s}"]: p[f"numa_{s}"] for p in pairs for s in "ab"}
+    if set(group) == set(gpus[:k]):
+        return (
+            f"that is the first {k} labels: a numbering says nothing about the wiring, so "
+            "choose from the pair matrix"
+        )
+    if min(level[_pair(p)] for p in combinations(group, 2)) == min(level.values()):
+        return (
+            "your group holds one of the closest pairs, yet another group's worst pair is "
+            "better: compare whole groups by their worst pair"
+        )
+    if len({numa[g] for g in group}) == 1:
+        return (
+            "your GPUs share a socket, but GPUs of one socket can still sit below different "
+            "host bridges or switches"
+        )
+    return ""
+
+
 @exercise_check
-def best_group(answer: Any, pairs: list[dict[str, Any]], k: int) -> CheckResult:
-    """(b) a group of ``k`` GPUs whose worst pair uses the best path possible on this machine."""
-    level = {_pair((p["gpu_a"], p["gpu_b"])): LEVELS.index(p["pcie_path"]) for p in pairs}
-    gpus = sorted({g for pr in level for g in pr})
-    try:
-        group = sorted({str(g) for g in answer})
-    except TypeError:
-        return failed(f"give {k} GPU labels, e.g. ['GPU0', 'GPU1', ...]")
-    if len(group) != k or not set(group) <= set(gpus):
-        return failed(f"give {k} distinct GPUs of this machine ({', '.join(gpus[:4])}, ...)")
-
-    def worst(g: tuple[str, ...]) -> int:
-        return max(level[_pair(p)] for p in combinations(g, 2))
-
-    best = min(worst(g) for g in combinations(gpus, k))
-    mine = worst(tuple(group))
-    if mine == best:
-        return passed(f"the worst path inside {group} is {LEVELS[mine]}, the best any {k} can do.")
-    return failed(
-        f"the worst pair inside your group talks over {LEVELS[mine]}; a group of {k} can keep "
-        f"every pair at {LEVELS[best]} or better: pick GPUs under one "
-        + ("switch" if LEVELS[best] in ("PIX", "PXB") else "socket")
-        + "."
+def best_group(fn: Callable[[list[dict[str, Any]], int], Any]) -> CheckResult:
+    """(b) ``fn(pairs, k)`` -> ``k`` GPU labels whose worst pair uses the best path possible,
+    tried on the bundled machines, on the DGX-2H renumbered, and on a made-up machine."""
+    if not callable(fn):
+        return failed("pass your function itself, e.g. check.best_group(best_gpus)")
+    shown, cases = "", _group_cases()
+    for where, pairs, k, level, best in cases:
+        gpus = _gpus(pairs)
+        name = getattr(fn, "__name__", "your function")
+        try:
+            answer = fn(copy.deepcopy(pairs), k)
+        except Exception as exc:  # a student's function may raise anything
+            return failed(f"{name}(pairs, {k}) on {where} raised {exc!r}")
+        try:
+            group = sorted({str(g) for g in answer}, key=lambda g: (len(g), g))
+        except TypeError:
+            return failed(f"{name}(pairs, {k}) should return {k} GPU labels, e.g. ['GPU0', ...]")
+        if len(group) != k or not set(group) <= set(gpus):
+            return failed(
+                f"{name}(pairs, {k}) on {where} returned {group}: give {k} distinct GPUs "
+                f"of that machine ({', '.join(gpus[:3])}, ...)"
+            )
+        mine = _worst(tuple(group), level)
+        if mine != best:
+            why = _group_mistake(group, pairs, k, level)
+            return failed(
+                f"on {where}, k={k}: the worst pair inside {group} talks over "
+                f"{LEVELS[mine]}; a group of {k} can keep every pair at {LEVELS[best]} or "
+                f"better{'; ' + why if why else ''}."
+            )
+        shown = shown or f"{group} on {where} (worst pair {LEVELS[mine]})"
+    return passed(
+        f"your groups are as good as any on {len(cases)} cases "
+        f"(renumbered GPUs and other machines included), e.g. {shown}."
     )
 
 
