@@ -200,7 +200,6 @@ CONTEXT = {
     "peak_fraction": (1.0, 2.0),
     "roof": (0.1, 100.0, 10.0),
     "crossover": (1e-5, 1e10, 1e-3, 1e12),
-    "crossing_pairs": ([],),
     "matmul_bound": ([],),
     "workers": ({1: 1.0},),
     "busbw": (1e6, 1e-3, 2),

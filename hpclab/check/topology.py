@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import copy
 import functools
-import random
 from collections.abc import Callable
 from itertools import combinations
 from typing import Any
 
 from hpclab.check import CheckResult, as_number, exercise_check, failed, near, passed
+from hpclab.check import machines as M
 from hpclab.topology import lanes as L
 from hpclab.topology import overlap as O
 from hpclab.topology.gpu_pairs import LEVELS
@@ -75,18 +75,45 @@ def _pair(p: Any) -> tuple[str, str] | None:
 
 
 @exercise_check
-def crossing_pairs(answer: Any, pairs: list[dict[str, Any]]) -> CheckResult:
-    """(b) the set of GPU pairs whose traffic crosses the sockets' interconnect (SYS)."""
+def crossing_pairs(fn: Callable[[list[dict[str, Any]]], Any]) -> CheckResult:
+    """(b) ``fn(pairs)`` -> the set of GPU pairs whose traffic crosses the sockets'
+    interconnect (SYS), tried on the bundled machines and on them renumbered."""
+    if not callable(fn):
+        return failed("pass your function itself, e.g. check.crossing_pairs(crossing_pairs_of)")
+    name = getattr(fn, "__name__", "your function")
+    for where, pairs in M.machines().items():
+        try:
+            answer = fn(copy.deepcopy(pairs))
+        except Exception as exc:  # a student's function may raise anything
+            return failed(f"{name}(pairs) on {where} raised {exc!r}")
+        wrong = _crossing_mistake(answer, pairs)
+        if wrong and "renumbered" in where:  # the same machine in its first numbering passed
+            wrong += (
+                "; your function was right with the usual numbering, so it reads the labels: "
+                "a numbering says nothing about the sockets, each pair's pcie_path does"
+            )
+        if wrong:
+            return failed(f"on {where}: {wrong}.")
+    dgx2 = M.machines()["the DGX-2H"]
+    n = sum(p["pcie_path"] == "SYS" for p in dgx2)
+    return passed(
+        f"{n} of {len(dgx2)} pairs cross the DGX-2H's sockets (SYS), and your function finds "
+        "the crossing pairs on the other machines and on them renumbered too."
+    )
+
+
+def _crossing_mistake(answer: Any, pairs: list[dict[str, Any]]) -> str | None:
+    """None when ``answer`` is exactly the SYS pairs of ``pairs``; else what is wrong."""
     try:
         given = {_pair(p) for p in answer}
     except TypeError:
-        return failed("give a set of pairs, e.g. {('GPU0', 'GPU4'), ...}")
+        return "return a set of pairs, e.g. {('GPU0', 'GPU4'), ...}"
     if None in given:
-        return failed("each pair should be two GPU labels, e.g. ('GPU0', 'GPU4')")
+        return "each pair should be two GPU labels, e.g. ('GPU0', 'GPU4')"
     want = {_pair((p["gpu_a"], p["gpu_b"])) for p in pairs if p["pcie_path"] == "SYS"}
-    level = {_pair((p["gpu_a"], p["gpu_b"])): p["pcie_path"] for p in pairs}
     if given == want:
-        return passed(f"{len(want)} of {len(pairs)} pairs cross the sockets (SYS).")
+        return None
+    level = {_pair((p["gpu_a"], p["gpu_b"])): p["pcie_path"] for p in pairs}
     extra, missing = given - want, want - given
     hints = []
     wrong_levels = sorted({level.get(p, "unknown") for p in extra})
@@ -101,72 +128,27 @@ def crossing_pairs(answer: Any, pairs: list[dict[str, Any]]) -> CheckResult:
             f"{len(missing)} SYS pairs are missing (every GPU on one NUMA node "
             "with every GPU on the other)"
         )
-    return failed("; ".join(hints) + ".")
-
-
-def _gpus(pairs: list[dict[str, Any]]) -> list[str]:
-    """The GPU labels of a pair list, in their numbering order (GPU2 before GPU10)."""
-    labels = {g for p in pairs for g in (p["gpu_a"], p["gpu_b"])}
-    return sorted(labels, key=lambda g: (len(g), g))
-
-
-def _renumbered(pairs: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
-    """The same machine with its GPUs numbered in another order, records in label order."""
-    old = _gpus(pairs)
-    new = dict(zip(old, random.Random(seed).sample(old, len(old)), strict=True))
-    out = []
-    for p in pairs:
-        a, b, na, nb = new[p["gpu_a"]], new[p["gpu_b"]], p["numa_a"], p["numa_b"]
-        if (len(a), a) > (len(b), b):
-            a, b, na, nb = b, a, nb, na
-        out.append(dict(p, gpu_a=a, gpu_b=b, numa_a=na, numa_b=nb))
-    order = {g: i for i, g in enumerate(old)}
-    return sorted(out, key=lambda p: (order[p["gpu_a"]], order[p["gpu_b"]]))
-
-
-def _made_up() -> list[dict[str, Any]]:
-    """Six GPUs: 0 and 5 share a switch (PIX), 2-3-4 sit below two levels of switches (PXB),
-    all on socket 0 but on two host bridges (NODE between them); 1 is on socket 1 (SYS). The
-    best three are 2, 3 and 4; a group grown from GPU0 or from the closest pair is not."""
-    numa = [0, 1, 0, 0, 0, 0]
-    close = {(0, 5): "PIX", (2, 3): "PXB", (2, 4): "PXB", (3, 4): "PXB"}
-    return [
-        {
-            "gpu_a": f"GPU{a}",
-            "gpu_b": f"GPU{b}",
-            "pcie_path": close.get((a, b), "SYS" if 1 in (a, b) else "NODE"),
-            "numa_a": numa[a],
-            "numa_b": numa[b],
-        }
-        for a, b in combinations(range(6), 2)
-    ]
+    return "; ".join(hints)
 
 
 @functools.cache
 def _group_cases() -> tuple[tuple[str, list[dict[str, Any]], int, dict, int], ...]:
     """(where, pairs, k, level of each pair, the best worst level of k GPUs) per case."""
-    from hpclab.topology import gpu_pairs, hwloc
-
-    def machine(name: str) -> list[dict[str, Any]]:
-        return gpu_pairs.from_topology(hwloc.load(name))
-
-    dgx2 = machine("dgx2")
-    shuffled = _renumbered(dgx2, 2)
+    m = M.machines()
+    dgx2, shuffled = m["the DGX-2H"], m["the DGX-2H with its GPUs renumbered"]
     cases = [
         ("the DGX-2H", dgx2, 4),
         ("the DGX-2H", dgx2, 2),
         ("the DGX-2H with its GPUs renumbered", shuffled, 4),
         ("the DGX-2H with its GPUs renumbered", shuffled, 2),
         ("the DGX-2H with its GPUs renumbered", shuffled, 6),
-        ("the POWER8 Minsky", machine("power8-minsky"), 2),
-        ("the two-socket Xeon with 3 GPUs", machine("xeon-2s-3gpu-ib"), 2),
-        ("a made-up machine (0-5 PIX, 2-3-4 PXB, 1 on socket 1)", _made_up(), 3),
-        ("the made-up machine with its GPUs renumbered", _renumbered(_made_up(), 1), 3),
+        *((where, pairs, 2) for where, pairs in list(m.items())[2:4]),
+        *((where, pairs, 3) for where, pairs in list(m.items())[4:]),
     ]
     out = []
     for where, pairs, k in cases:
         level = {_pair((p["gpu_a"], p["gpu_b"])): LEVELS.index(p["pcie_path"]) for p in pairs}
-        best = min(_worst(g, level) for g in combinations(_gpus(pairs), k))
+        best = min(_worst(g, level) for g in combinations(M.gpus(pairs), k))
         out.append((where, pairs, k, level, best))
     return tuple(out)
 
@@ -177,7 +159,7 @@ def _worst(group: tuple[str, ...], level: dict) -> int:
 
 def _group_mistake(group: list[str], pairs: list[dict[str, Any]], k: int, level: dict) -> str:
     """A hint true of the group returned, when it matches a known wrong method."""
-    gpus = _gpus(pairs)
+    gpus = M.gpus(pairs)
     numa = {p[f"gpu_{s}"]: p[f"numa_{s}"] for p in pairs for s in "ab"}
     if set(group) == set(gpus[:k]):
         return (
@@ -205,7 +187,7 @@ def best_group(fn: Callable[[list[dict[str, Any]], int], Any]) -> CheckResult:
         return failed("pass your function itself, e.g. check.best_group(best_gpus)")
     shown, cases = "", _group_cases()
     for where, pairs, k, level, best in cases:
-        gpus = _gpus(pairs)
+        gpus = M.gpus(pairs)
         name = getattr(fn, "__name__", "your function")
         try:
             answer = fn(copy.deepcopy(pairs), k)

@@ -18,10 +18,11 @@ EXERCISES = (
     ),
     Exercise(
         "crossing_pairs",
-        (("collection", "crossing, a set of (gpu_a, gpu_b) pairs"),),
+        (("function", "crossing_pairs_of(pairs) returning a set of (gpu_a, gpu_b) pairs"),),
         (
             "nvidia-smi topo's level of a pair says which parts of the machine its traffic "
-            "crosses; one level means crossing between the sockets.",
+            "crosses; one level means crossing between the sockets. The labels' numbering "
+            "says nothing about the sockets.",
             "SYS: the path goes over the link between the CPU sockets (UPI, Infinity Fabric). "
             "Each pair record has 'gpu_a', 'gpu_b' and 'pcie_path'.",
             "A set comprehension over `pairs` that keeps (gpu_a, gpu_b) when pcie_path is that "
