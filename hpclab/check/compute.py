@@ -284,34 +284,57 @@ def _timer_on(my_timer: Callable[..., float], device: str, dt: float) -> CheckRe
     )
 
 
+# (cpu latency s, cpu FLOP/s, gpu latency s, gpu FLOP/s): a GPU 300x, 3x and 10x the CPU's rate.
+CROSSOVER_CASES = ((2e-6, 1e11, 2e-5, 3e13), (1e-6, 1e11, 2e-5, 3e11), (5e-6, 2e11, 3e-5, 2e12))
+
+
 @exercise_check
 def crossover(
-    answer: Any, cpu_latency_s: float, cpu_rate: float, gpu_latency_s: float, gpu_rate: float
+    fn: Callable[[float, float, float, float], float],
+    cpu_latency_s: float,
+    cpu_rate: float,
+    gpu_latency_s: float,
+    gpu_rate: float,
 ) -> CheckResult:
-    """(e) predicted n where an n x n x n fp32 matmul becomes faster on the GPU.
-
-    Rates are FLOP/s; the model is ``t = latency + 2 n^3 / rate`` on each device.
+    """(e) ``fn(cpu_latency_s, cpu_rate, gpu_latency_s, gpu_rate)`` -> the n where an n x n x n
+    fp32 matmul becomes faster on the GPU, tried on the notebook's fits and on GPUs 300x, 3x
+    and 10x faster than the CPU. Rates are FLOP/s; the model is ``t = latency + 2 n^3 / rate``.
     """
     from hpclab.compute.crossover import crossover_work, size_of
 
-    value = as_number(answer, "n_crossover")
-    if isinstance(value, CheckResult):
-        return value
+    if not callable(fn):
+        return failed("pass your function itself, e.g. check.crossover(crossover_n, ...)")
+    name = getattr(fn, "__name__", "your function")
+    for case in ((cpu_latency_s, cpu_rate, gpu_latency_s, gpu_rate), *CROSSOVER_CASES):
+        try:
+            value = as_number(fn(*case), f"{name}{case}")
+        except Exception as exc:  # a student's function may raise anything
+            return failed(f"{name}{case} raised {exc!r}")
+        if isinstance(value, CheckResult):
+            return value
+        (c_lat, c_rate, g_lat, g_rate), work = case, crossover_work(*case)
+        want = size_of("matmul", work)
+        if near(value / want, 1.0, 0.03):
+            continue
+        ratio = value / want
+        hints = _hints(
+            ratio,
+            [
+                (2 ** (1 / 3), "a matmul is 2 n^3 FLOPs, not n^3"),
+                ((work / 2) ** 0.5 / want, "n^3, not n^2: solve 2 n^3 = w*"),
+                (want**2, "take the cube root of n^3"),
+            ],
+            0.03,
+        )
+        simple = ((g_lat - c_lat) * c_rate / 2) ** (1 / 3)
+        if near(value / simple, 1.0, 0.03) and not near(simple / want, 1.0, 0.03):
+            hints.append("the GPU's own compute time matters too: use 1/r_cpu - 1/r_gpu")
+        where = f"CPU {c_lat * 1e6:g} µs + {c_rate / 1e9:g} GFLOP/s, GPU {g_lat * 1e6:g} µs + {g_rate / 1e9:g} GFLOP/s"
+        return failed(
+            f"{where}: " + "; ".join(hints or [f"expected about {want:.0f}, got {value:.0f}"]) + "."
+        )
     work = crossover_work(cpu_latency_s, cpu_rate, gpu_latency_s, gpu_rate)
-    want = size_of("matmul", work)
-    if near(value / want, 1.0, 0.03):
-        return passed(f"n* = ((t_gpu - t_cpu) / (2 (1/r_cpu - 1/r_gpu)))^(1/3) = {want:.0f}.")
-    ratio = value / want
-    hints = _hints(
-        ratio,
-        [
-            (2 ** (1 / 3), "a matmul is 2 n^3 FLOPs, not n^3"),
-            ((work / 2) ** 0.5 / want, "n^3, not n^2: solve 2 n^3 = w*"),
-            (want**2, "take the cube root of n^3"),
-        ],
-        0.03,
+    return passed(
+        "n* = ((t_gpu - t_cpu) / (2 (1/r_cpu - 1/r_gpu)))^(1/3) = "
+        f"{size_of('matmul', work):.0f} here, and right for GPUs 3x to 300x the CPU's rate."
     )
-    simple = ((gpu_latency_s - cpu_latency_s) * cpu_rate / 2) ** (1 / 3)
-    if near(value / simple, 1.0, 0.03) and not near(simple / want, 1.0, 0.03):
-        hints.append("the GPU's own compute time matters too: use 1/r_cpu - 1/r_gpu")
-    return failed("; ".join(hints or [f"expected about {want:.0f}, got {value:.0f}"]) + ".")

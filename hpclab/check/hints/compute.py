@@ -70,14 +70,19 @@ EXERCISES = (
     ),
     Exercise(
         "crossover",
-        (("number", "n_cross, the matrix size where the GPU starts to win"),),
+        (
+            (
+                "function",
+                "crossover_n(cpu_latency_s, cpu_rate, gpu_latency_s, gpu_rate) returning the "
+                "matrix size where the GPU starts to win",
+            ),
+        ),
         (
             "Each device takes a fixed latency plus work / rate; the crossover is where the two "
             "times are equal.",
             "Setting t_cpu(w) = t_gpu(w) gives the work w = (latency_gpu - latency_cpu) / "
             "(1/rate_cpu - 1/rate_gpu); an n x n x n matmul is w = 2 n^3 FLOPs.",
-            "Two lines: w from the four fitted numbers in `cpu` and `gpu`, then n as the cube "
-            "root of w / 2.",
+            "Two lines: w from the four arguments, then n as the cube root of w / 2.",
         ),
     ),
 )
