@@ -103,14 +103,43 @@ def test_conv_flops_wants_a_function():
     assert not bad and "function" in bad.message
 
 
+CI_LIKE = {  # node cores = usable cores and the label's clock = the measured one, as on CI
+    "cores_usable": 2,
+    "cores_node": 2,
+    "clock_ghz": 3.0,
+    "clock_ghz_nominal": 3.0,
+    "flops_per_cycle": {"fp32": 32},
+}
+
+
+def fraction_of_peak(gflops, info):
+    return gflops / (info["cores_usable"] * info["clock_ghz"] * info["flops_per_cycle"]["fp32"])
+
+
 def test_peak_fraction():
-    assert C.peak_fraction(0.85, 200.0, 235.29)
-    pct = C.peak_fraction(85.0, 200.0, 235.29)
+    assert C.peak_fraction(fraction_of_peak, 163.2, 192.0, CI_LIKE)
+    pct = C.peak_fraction(lambda g, i: 100 * fraction_of_peak(g, i), 163.2, 192.0, CI_LIKE)
     assert not pct and "not a percentage" in pct.message
-    inverted = C.peak_fraction(235.29 / 200.0, 200.0, 235.29)
+    inverted = C.peak_fraction(lambda g, i: 1 / fraction_of_peak(g, i), 163.2, 192.0, CI_LIKE)
     assert not inverted and "measured / peak" in inverted.message
-    units = C.peak_fraction(0.85e9, 200.0, 235.29)
+    units = C.peak_fraction(lambda g, i: 1e9 * fraction_of_peak(g, i), 163.2, 192.0, CI_LIKE)
     assert not units and "GFLOP/s" in units.message
+    assert "function itself" in C.peak_fraction(0.85, 163.2, 192.0, CI_LIKE).message
+
+
+@pytest.mark.parametrize(
+    "key, advice",
+    [("cores_node", "cores of the node"), ("clock_ghz_nominal", "the label's clock")],
+)
+def test_peak_fraction_node_cores_or_label_clock_fail_where_they_coincide(key, advice):
+    # On a machine like CI's the slip gives the right fraction; the other allocations catch it.
+    def slip(gflops, info):
+        i = dict(info, **{"cores_usable" if key == "cores_node" else "clock_ghz": info[key]})
+        return fraction_of_peak(gflops, i)
+
+    assert slip(163.2, CI_LIKE) == fraction_of_peak(163.2, CI_LIKE)
+    bad = C.peak_fraction(slip, 163.2, 192.0, CI_LIKE)
+    assert not bad and advice in bad.message, bad.message
 
 
 # --- (c) arithmetic intensity and its roof ---------------------------------------------------
@@ -234,4 +263,4 @@ def test_crossover_ignoring_the_gpu_compute_fails_although_it_fits_a_fast_gpu():
 
 @pytest.mark.parametrize("value", [None, "x", float("nan")])
 def test_checks_refuse_non_numbers(value):
-    assert not C.peak_fraction(value, 1.0, 2.0)
+    assert not C.peak_fraction(lambda g, i: value, 163.2, 192.0, CI_LIKE)

@@ -299,8 +299,16 @@ def _mistakes():
         ("serial", lambda: T.pipeline(lambda c, k, n: n * (c + k)), "serial loop"),
         ("no fill", lambda: T.pipeline(lambda c, k, n: n * max(c, k)), "nothing to hide"),
         ("macs", lambda: C.gemm_flops(512 * 384 * 96, 512, 384, 96), "multiply-adds"),
-        ("percent", lambda: C.peak_fraction(50.0, 1.0, 2.0), "not a percentage"),
-        ("inverse", lambda: C.peak_fraction(2.0, 1.0, 2.0), "divided the peak"),
+        (
+            "percent",
+            lambda: C.peak_fraction(lambda g, i: 100 * g / p, p / 2, p, info),
+            "not a percentage",
+        ),
+        (
+            "inverse",
+            lambda: C.peak_fraction(lambda g, i: p / g, p / 2, p, info),
+            "divided the peak",
+        ),
         ("no write", lambda: C.add_intensity(1 / 8), "write of c"),
         ("per element", lambda: C.add_intensity(1 / 3), "per byte"),
         (

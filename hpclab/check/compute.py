@@ -120,28 +120,71 @@ def conv_flops(fn: Any) -> CheckResult:
 
 
 @exercise_check
-def peak_fraction(answer: Any, gflops: float, peak_gflops: float) -> CheckResult:
-    """(b) achieved fraction of peak, as a fraction (0.85, not 85)."""
-    value = as_number(answer, "fraction")
-    if isinstance(value, CheckResult):
-        return value
-    want = gflops / peak_gflops
-    if near(value / want, 1.0, 0.005):
-        return passed(f"{gflops:.1f} / {peak_gflops:.1f} GFLOP/s = {want:.1%} of peak.")
-    ratio = value / want
-    hints = _hints(
-        ratio,
-        [
+def peak_fraction(
+    fn: Callable[[float, dict[str, Any]], float],
+    gflops: float,
+    peak_gflops: float,
+    info: dict[str, Any] | None = None,
+) -> CheckResult:
+    """(b) ``fn(gflops, info)`` -> the fraction of the fp32 peak (0.85, not 85) that ``gflops``
+    is on the allocation ``info`` describes; tried on this GEMM and on allocations whose usable
+    cores and measured clock differ from the node's and the label's."""
+    import copy
+
+    from hpclab.check.welcome import allocations
+    from hpclab.measure.sysinfo import system_info
+
+    if not callable(fn):
+        return failed("pass your function itself, e.g. check.peak_fraction(fraction_of_peak, ...)")
+    *mine, o1, o2, o3 = allocations(info or system_info())
+    cases = [(gflops, m, gflops / peak_gflops) for m in mine]
+    for a, f in zip((o1, o2, o3), (0.35, 0.8, 0.55), strict=True):
+        cases.append((f * a["cores_usable"] * a["clock_ghz"] * a["flops_per_cycle"]["fp32"], a, f))
+    name = getattr(fn, "__name__", "your function")
+    for g, case, want in cases:
+        where = f"{g:.1f} GFLOP/s on {case['cores_usable']} usable of {case['cores_node']} cores"
+        try:
+            value = as_number(fn(g, copy.deepcopy(case)), f"{name}(gflops, info)")
+        except Exception as exc:  # a student's function may raise anything
+            return failed(f"{name}(gflops, info) raised {exc!r} for {where}")
+        if isinstance(value, CheckResult):
+            return value
+        if near(value / want, 1.0, 0.005):
+            continue
+        ratio = value / want
+        nominal = case.get("clock_ghz_nominal")
+        slips = [
             (100.0, "give a fraction (0.85), not a percentage (85)"),
             (1.0 / want**2, "you divided the peak by the measurement; it is measured / peak"),
-        ],
+            (1e9, "mixed units (FLOP/s): use GFLOP/s for both"),
+            (1e-9, "mixed units (FLOP/s vs GFLOP/s): use GFLOP/s for both"),
+            (1e3, "mixed units (MFLOP/s): use GFLOP/s for both"),
+        ]
+        if case["cores_node"] != case["cores_usable"]:
+            slips.append(
+                (
+                    case["cores_usable"] / case["cores_node"],
+                    f"you counted all {case['cores_node']} cores of the node; the peak counts "
+                    f"the {case['cores_usable']} your allocation can use",
+                )
+            )
+        if nominal and not near(nominal / case["clock_ghz"], 1.0, 0.03):
+            slips.append(
+                (
+                    case["clock_ghz"] / nominal,
+                    f"you used the label's clock ({nominal:.2f} GHz); the peak uses the "
+                    f"measured {case['clock_ghz']:.2f} GHz",
+                )
+            )
+        hints = _hints(ratio, slips)
+        if value > 1.0 and not hints:
+            hints.append("a measurement cannot exceed the peak: check the units (GFLOP/s both?)")
+        hint = "; ".join(hints or [f"expected {want:.3f}, got {value:.3g}"])
+        return failed(f"{where} (peak: usable cores x measured clock x fp32 FLOP/cycle): {hint}.")
+    return passed(
+        f"{gflops:.1f} / {peak_gflops:.1f} GFLOP/s = {gflops / peak_gflops:.1%} of peak, and "
+        "right on allocations where usable and node cores, measured and labelled clocks differ."
     )
-    if value > 1.0 and not hints:
-        hints.append("a measurement cannot exceed the peak: check the units (GFLOP/s both?)")
-    for scale, unit in ((1e9, "FLOP/s"), (1e-9, "FLOP/s vs GFLOP/s"), (1e3, "MFLOP/s")):
-        if near(ratio, scale, 0.02):
-            hints.append(f"mixed units ({unit}): use GFLOP/s for both")
-    return failed("; ".join(hints or [f"expected {want:.3f}, got {value:.3g}"]) + ".")
 
 
 @exercise_check

@@ -19,7 +19,9 @@ OTHER_FLOPS = (32, 64, 16)  # fp32 FLOPs per cycle per core of each allocation a
 _ANSWERS = ("peak_gflops", "peak_derivation")  # what the function must compute, not read
 
 
-def _allocations(info: dict[str, Any]) -> list[dict[str, Any]]:
+def allocations(info: dict[str, Any]) -> list[dict[str, Any]]:
+    """This machine's ``system_info()`` less its own peak (when its clock is known), then the
+    other allocations, as ``system_info()`` dicts."""
     mine = {k: v for k, v in info.items() if k not in _ANSWERS}
     others = [
         dict(a, flops_per_cycle={"fp32": f, "fp64": f // 2})
@@ -40,7 +42,7 @@ def peak(fn: Callable[[dict[str, Any]], float], info: dict[str, Any] | None = No
 
         info = system_info()
     name = getattr(fn, "__name__", "your function")
-    for case in _allocations(info):
+    for case in allocations(info):
         try:
             value = fn(copy.deepcopy(case))
         except Exception as exc:  # a student's function may raise anything

@@ -27,12 +27,13 @@ EXERCISES = (
     ),
     Exercise(
         "peak_fraction",
-        (("number", "fraction, the GEMM's GFLOP/s over the theoretical peak"),),
+        (("function", "fraction_of_peak(gflops, info) returning a fraction of the fp32 peak"),),
         (
             "As in chapter 00: measured divided by possible.",
             "The peak is usable cores x measured clock x fp32 FLOPs per cycle, all found in "
-            "`info`; the measurement is rec['gflops'].",
-            "Two assignments: `peak` from three entries of info, then `fraction` by one division.",
+            "`info` (not the node's cores, not the label's clock: the check tries allocations "
+            "where they differ); the measurement is `gflops`.",
+            "Two lines: the peak from three entries of info, then one division.",
         ),
     ),
     Exercise(
