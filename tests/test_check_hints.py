@@ -333,8 +333,8 @@ def _mistakes():
         ("per file", lambda: S.read_bandwidth(330, 3000, 3000), "one open serves 1024"),
         ("kB 1024", lambda: S.read_bandwidth(337.92, 3000, 3000 / 1024), "not 1024"),
         ("shard floor", lambda: S.read_bandwidth(330, 3000, 3000 // 1024), "need not be whole"),
-        ("no workers", lambda: S.workers(0, table), "decodes every batch itself"),
-        ("extra workers", lambda: S.workers(2, table), "1 already are"),
+        ("no workers", lambda: S.workers(lambda t: 0, table), "decodes every batch itself"),
+        ("extra workers", lambda: S.workers(lambda t: 2, table), "1 already are"),
         ("fraction %", lambda: W.fraction_of_peak(50.0, p, info), "not a percentage"),
         ("fraction inverse", lambda: W.fraction_of_peak(2.0, p, info), "divided the peak"),
     ]
