@@ -12,14 +12,41 @@ from hpclab.check import compute as C
 # --- (a) FLOP counts -------------------------------------------------------------------------
 
 
-def test_gemm_flops():
-    assert C.gemm_flops(2 * 512 * 256 * 128, 512, 256, 128)
-    bad = C.gemm_flops(512 * 256 * 128, 512, 256, 128)
-    assert not bad and "multiply-adds" in bad.message
-    bad = C.gemm_flops(2 * 512**3, 512, 256, 128)
-    assert not bad and "not square" in bad.message
-    bad = C.gemm_flops(2 * 512 * 256, 512, 256, 128)
-    assert not bad and "each output needs k" in bad.message
+def _notebook_gemm_case():
+    """The (m, n, k) that chapter 01's check cell passes to gemm_flops."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "solutions" / "01_gpu_vs_cpu.ipynb").read_text()
+    m, n, k = re.search(r"gemm_flops\(mm_flops, m=(\d+), n=(\d+), k=(\d+)\)", text).groups()
+    return int(m), int(n), int(k)
+
+
+@pytest.mark.parametrize(
+    "wrong, advice",
+    [
+        (lambda m, n, k: m * n * k, "multiply-adds"),
+        (lambda m, n, k: 4 * m * n * k, "4 FLOPs per multiply-add"),
+        (lambda m, n, k: 2 * n**3, "not square"),
+        (lambda m, n, k: 2 * m**3, "not square"),
+        (lambda m, n, k: 2 * k**3, "not square"),
+        (lambda m, n, k: 2 * m * n, "each output needs k"),
+        (lambda m, n, k: 2 * m * k, "each output needs k"),
+        (lambda m, n, k: 2 * (m + n) * k, "expected count"),
+        (lambda m, n, k: n**3, "expected count"),
+        (lambda m, n, k: 2 * m * n * n, "expected count"),
+    ],
+)
+def test_gemm_flops_no_wrong_formula_coincides_at_the_notebook_case(wrong, advice):
+    # At 512 x 256 x 128 the square 2 n^3 equalled 2 m n k; the notebook's sizes must keep
+    # every plausible wrong formula apart from the right one.
+    m, n, k = _notebook_gemm_case()
+    assert C.gemm_flops(2 * m * n * k, m, n, k)
+    bad = C.gemm_flops(wrong(m, n, k), m, n, k)
+    assert not bad and advice in bad.message, bad.message
+
+
+def test_gemm_flops_says_what_it_expected():
     assert "should be a number" in C.gemm_flops("lots", 1, 2, 3).message
 
 
@@ -76,14 +103,43 @@ def test_conv_flops_wants_a_function():
     assert not bad and "function" in bad.message
 
 
+CI_LIKE = {  # node cores = usable cores and the label's clock = the measured one, as on CI
+    "cores_usable": 2,
+    "cores_node": 2,
+    "clock_ghz": 3.0,
+    "clock_ghz_nominal": 3.0,
+    "flops_per_cycle": {"fp32": 32},
+}
+
+
+def fraction_of_peak(gflops, info):
+    return gflops / (info["cores_usable"] * info["clock_ghz"] * info["flops_per_cycle"]["fp32"])
+
+
 def test_peak_fraction():
-    assert C.peak_fraction(0.85, 200.0, 235.29)
-    pct = C.peak_fraction(85.0, 200.0, 235.29)
+    assert C.peak_fraction(fraction_of_peak, 163.2, 192.0, CI_LIKE)
+    pct = C.peak_fraction(lambda g, i: 100 * fraction_of_peak(g, i), 163.2, 192.0, CI_LIKE)
     assert not pct and "not a percentage" in pct.message
-    inverted = C.peak_fraction(235.29 / 200.0, 200.0, 235.29)
+    inverted = C.peak_fraction(lambda g, i: 1 / fraction_of_peak(g, i), 163.2, 192.0, CI_LIKE)
     assert not inverted and "measured / peak" in inverted.message
-    units = C.peak_fraction(0.85e9, 200.0, 235.29)
+    units = C.peak_fraction(lambda g, i: 1e9 * fraction_of_peak(g, i), 163.2, 192.0, CI_LIKE)
     assert not units and "GFLOP/s" in units.message
+    assert "function itself" in C.peak_fraction(0.85, 163.2, 192.0, CI_LIKE).message
+
+
+@pytest.mark.parametrize(
+    "key, advice",
+    [("cores_node", "cores of the node"), ("clock_ghz_nominal", "the label's clock")],
+)
+def test_peak_fraction_node_cores_or_label_clock_fail_where_they_coincide(key, advice):
+    # On a machine like CI's the slip gives the right fraction; the other allocations catch it.
+    def slip(gflops, info):
+        i = dict(info, **{"cores_usable" if key == "cores_node" else "clock_ghz": info[key]})
+        return fraction_of_peak(gflops, i)
+
+    assert slip(163.2, CI_LIKE) == fraction_of_peak(163.2, CI_LIKE)
+    bad = C.peak_fraction(slip, 163.2, 192.0, CI_LIKE)
+    assert not bad and advice in bad.message, bad.message
 
 
 # --- (c) arithmetic intensity and its roof ---------------------------------------------------
@@ -177,26 +233,34 @@ def test_timer_rejects_wrong_ones():
 # --- (e) crossover ---------------------------------------------------------------------------
 
 
-def test_crossover():
-    cpu_lat, cpu_rate, gpu_lat, gpu_rate = 2e-6, 150e9, 12e-6, 50e12
+def crossover_n(cpu_lat, cpu_rate, gpu_lat, gpu_rate):
     w = (gpu_lat - cpu_lat) / (1 / cpu_rate - 1 / gpu_rate)
-    n = (w / 2) ** (1 / 3)
-    assert C.crossover(n, cpu_lat, cpu_rate, gpu_lat, gpu_rate)
-    no_two = C.crossover(w ** (1 / 3), cpu_lat, cpu_rate, gpu_lat, gpu_rate)
+    return (w / 2) ** (1 / 3)
+
+
+FITS = (2e-6, 150e9, 12e-6, 50e12)  # a GPU 333x the CPU's rate, like the notebook's model
+
+
+def test_crossover():
+    assert C.crossover(crossover_n, *FITS)
+    assert C.crossover(lambda *c: crossover_n(*c) * 1.02, *FITS)  # within 3 %
+    no_two = C.crossover(lambda cl, cr, gl, gr: ((gl - cl) / (1 / cr - 1 / gr)) ** (1 / 3), *FITS)
     assert not no_two and "2 n^3" in no_two.message
-    squares = C.crossover((w / 2) ** 0.5, cpu_lat, cpu_rate, gpu_lat, gpu_rate)
-    assert not squares
-    assert C.crossover(n * 1.02, cpu_lat, cpu_rate, gpu_lat, gpu_rate)  # within 3 %
+    squares = C.crossover(lambda cl, cr, gl, gr: ((gl - cl) / (1 / cr - 1 / gr) / 2) ** 0.5, *FITS)
+    assert not squares and "n^3, not n^2" in squares.message
+    assert "function itself" in C.crossover(300.0, *FITS).message
+    assert "raised ZeroDivisionError" in C.crossover(lambda *c: 1 / 0, *FITS).message
 
 
-def test_crossover_slow_gpu_hint():
-    # a GPU only 3x faster: ignoring its compute time gives a visibly wrong n
-    cpu_lat, cpu_rate, gpu_lat, gpu_rate = 1e-6, 100e9, 20e-6, 300e9
-    naive = ((gpu_lat - cpu_lat) * cpu_rate / 2) ** (1 / 3)
-    bad = C.crossover(naive, cpu_lat, cpu_rate, gpu_lat, gpu_rate)
-    assert not bad and "1/r_cpu - 1/r_gpu" in bad.message
+def test_crossover_ignoring_the_gpu_compute_fails_although_it_fits_a_fast_gpu():
+    # With a GPU 333x the CPU the GPU's own compute is 0.3 % of the CPU's: leaving it out gives
+    # n within 3 % at the notebook's fits, so only the 3x GPU among the tried cases catches it.
+    naive = lambda cl, cr, gl, gr: ((gl - cl) * cr / 2) ** (1 / 3)  # noqa: E731
+    assert abs(naive(*FITS) / crossover_n(*FITS) - 1) < 0.03
+    bad = C.crossover(naive, *FITS)
+    assert not bad and "1/r_cpu - 1/r_gpu" in bad.message and "300 GFLOP/s" in bad.message
 
 
 @pytest.mark.parametrize("value", [None, "x", float("nan")])
 def test_checks_refuse_non_numbers(value):
-    assert not C.peak_fraction(value, 1.0, 2.0)
+    assert not C.peak_fraction(lambda g, i: value, 163.2, 192.0, CI_LIKE)

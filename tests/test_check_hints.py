@@ -200,8 +200,6 @@ CONTEXT = {
     "peak_fraction": (1.0, 2.0),
     "roof": (0.1, 100.0, 10.0),
     "crossover": (1e-5, 1e10, 1e-3, 1e12),
-    "crossing_pairs": ([],),
-    "best_group": ([], 4),
     "matmul_bound": ([],),
     "workers": ({1: 1.0},),
     "busbw": (1e6, 1e-3, 2),
@@ -258,10 +256,14 @@ def test_crossover_names_the_square_root_mistake_when_it_is_made(
 ):
     from hpclab.check.compute import crossover
 
-    w = (gpu_lat - cpu_lat) / (1 / cpu_rate - 1 / gpu_rate)
-    squared = crossover((w / 2) ** 0.5, cpu_lat, cpu_rate, gpu_lat, gpu_rate)
+    def work(cl, cr, gl, gr):
+        return (gl - cl) / (1 / cr - 1 / gr)
+
+    squared = crossover(lambda *c: (work(*c) / 2) ** 0.5, cpu_lat, cpu_rate, gpu_lat, gpu_rate)
     assert not squared.passed and "n^3, not n^2" in squared.message
-    off = crossover(2**0.5 * (w / 2) ** (1 / 3), cpu_lat, cpu_rate, gpu_lat, gpu_rate)
+    off = crossover(
+        lambda *c: 2**0.5 * (work(*c) / 2) ** (1 / 3), cpu_lat, cpu_rate, gpu_lat, gpu_rate
+    )
     assert "n^3, not n^2" not in off.message  # a ratio of sqrt(2) is not that mistake
 
 
@@ -279,7 +281,7 @@ def _mistakes():
     eff = {1: 0.8, 2: 0.8, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130, 6: 242 / 256}
     link = lambda b, g: b / (g * 1e9)  # noqa: E731
     ring = lambda b, s, n: b / s / 1e9 * 2 * (n - 1) / n  # noqa: E731
-    w = (2e-5 - 2e-6) / (1 / 1e11 - 1 / 1e13)
+    fits = (2e-6, 1e11, 2e-5, 1e13)
     info = {"cores_usable": 2, "cores_node": 8, "clock_ghz": 3.65, "flops_per_cycle": {"fp32": 32}}
     p = 0.5 * 2 * 3.65 * 32
     table = {0: 100.0, 1: 200.0, 2: 210.0}
@@ -296,12 +298,26 @@ def _mistakes():
         ),  # fmt: skip
         ("serial", lambda: T.pipeline(lambda c, k, n: n * (c + k)), "serial loop"),
         ("no fill", lambda: T.pipeline(lambda c, k, n: n * max(c, k)), "nothing to hide"),
-        ("macs", lambda: C.gemm_flops(512 * 256 * 128, 512, 256, 128), "multiply-adds"),
-        ("percent", lambda: C.peak_fraction(50.0, 1.0, 2.0), "not a percentage"),
-        ("inverse", lambda: C.peak_fraction(2.0, 1.0, 2.0), "divided the peak"),
+        ("macs", lambda: C.gemm_flops(512 * 384 * 96, 512, 384, 96), "multiply-adds"),
+        (
+            "percent",
+            lambda: C.peak_fraction(lambda g, i: 100 * g / p, p / 2, p, info),
+            "not a percentage",
+        ),
+        (
+            "inverse",
+            lambda: C.peak_fraction(lambda g, i: p / g, p / 2, p, info),
+            "divided the peak",
+        ),
         ("no write", lambda: C.add_intensity(1 / 8), "write of c"),
         ("per element", lambda: C.add_intensity(1 / 3), "per byte"),
-        ("n^3 = w", lambda: C.crossover(w ** (1 / 3), 2e-6, 1e11, 2e-5, 1e13), "2 n^3 FLOPs"),
+        (
+            "n^3 = w",
+            lambda: C.crossover(
+                lambda cl, cr, gl, gr: ((gl - cl) / (1 / cr - 1 / gr)) ** (1 / 3), *fits
+            ),
+            "2 n^3 FLOPs",
+        ),
         ("busy over idle", lambda: P.bubble(lambda p_, m: (p_ - 1) / m), "relative to the busy"),
         ("m = 1", lambda: P.bubble(lambda p_, m: (p_ - 1) / p_), "naive schedule"),
         ("floor", lambda: P.micro_batches(lambda p_, t: int((p_ - 1) * (1 - t) / t)), "round up"),
@@ -312,11 +328,13 @@ def _mistakes():
             "left out the /n",
         ),  # fmt: skip
         ("bits/s", lambda: D.busbw(lambda b, s, n: 8 * ring(b, s, n), 4e6, 1e-3, 2), "Gbit/s"),
-        ("MiB", lambda: S.read_bandwidth(3000 * 110e3 / 2**20, 3000, 3), "not MiB"),
+        ("MiB", lambda: S.read_bandwidth(3000 * 110e3 / 2**20, 3000, 3000 / 1024), "not MiB"),
         ("megabits", lambda: S.read_bandwidth(3000 * 110e3 * 8 / 1e6, 3000, 3), "megabits"),
-        ("per file", lambda: S.read_bandwidth(330, 3000, 3000), "one open serves 1000"),
-        ("no workers", lambda: S.workers(0, table), "decodes every batch itself"),
-        ("extra workers", lambda: S.workers(2, table), "1 already are"),
+        ("per file", lambda: S.read_bandwidth(330, 3000, 3000), "one open serves 1024"),
+        ("kB 1024", lambda: S.read_bandwidth(337.92, 3000, 3000 / 1024), "not 1024"),
+        ("shard floor", lambda: S.read_bandwidth(330, 3000, 3000 // 1024), "need not be whole"),
+        ("no workers", lambda: S.workers(lambda t: 0, table), "decodes every batch itself"),
+        ("extra workers", lambda: S.workers(lambda t: 2, table), "1 already are"),
         ("fraction %", lambda: W.fraction_of_peak(50.0, p, info), "not a percentage"),
         ("fraction inverse", lambda: W.fraction_of_peak(2.0, p, info), "divided the peak"),
     ]

@@ -4,6 +4,7 @@ true hints."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -138,11 +139,17 @@ def test_fast_dataset_rejects_wrong_values_and_slow_loop():
 
 # --- (d) operator table and roofline --------------------------------------------------------
 
-TABLE = [
-    {"operator": "aten::linear", "self_cpu_seconds": 0.001, "cpu_total_seconds": 0.05},
-    {"operator": "aten::addmm", "self_cpu_seconds": 0.04, "cpu_total_seconds": 0.045},
-    {"operator": "aten::relu", "self_cpu_seconds": 0.002, "cpu_total_seconds": 0.002},
-]
+TABLE = pd.DataFrame(  # sorted by self time, as hpclab's torch table is
+    [
+        {"operator": "aten::addmm", "self_cpu_seconds": 0.04, "cpu_total_seconds": 0.045},
+        {"operator": "aten::linear", "self_cpu_seconds": 0.003, "cpu_total_seconds": 0.05},
+        {"operator": "aten::relu", "self_cpu_seconds": 0.002, "cpu_total_seconds": 0.002},
+    ]
+)
+
+
+def top_op(table):
+    return table.sort_values("self_cpu_seconds").iloc[-1]["operator"]
 
 
 def solution_bound(m, k, n, ridge):
@@ -151,7 +158,7 @@ def solution_bound(m, k, n, ridge):
 
 
 def test_matmul_bound_accepts_solution():
-    assert check.matmul_bound(solution_bound, "aten::addmm", TABLE).passed
+    assert check.matmul_bound(solution_bound, top_op, TABLE).passed
 
 
 @pytest.mark.parametrize(
@@ -165,13 +172,30 @@ def test_matmul_bound_accepts_solution():
     ids=["no-factor-2", "elements-not-bytes"],
 )
 def test_matmul_bound_rejects_wrong_intensity(wrong):
-    res = check.matmul_bound(wrong, "aten::addmm", TABLE)
+    res = check.matmul_bound(wrong, top_op, TABLE)
     assert not res.passed and "2 per multiply-add" in res.message
 
 
-def test_matmul_bound_rejects_total_time_operator():
-    res = check.matmul_bound(solution_bound, "aten::linear", TABLE)
-    assert not res.passed and "total" in res.message
+@pytest.mark.parametrize(
+    "wrong, advice",
+    [
+        (lambda t: t.sort_values("cpu_total_seconds").iloc[-1]["operator"], "*total* time"),
+        (lambda t: t.iloc[0]["operator"], "first row"),  # right only while sorted by self
+        (lambda t: t["operator"].iloc[0], "first row"),
+        (lambda t: "aten::addmm", "aten::mkldnn_convolution"),  # right in the first tables
+        (lambda t: t.sort_values("self_cpu_seconds").iloc[0]["operator"], "not the operator"),
+        (lambda t: 1 / 0, "raised ZeroDivisionError"),
+    ],
+)
+def test_matmul_bound_rejects_top_operator_methods_that_fit_one_table(wrong, advice):
+    # On the student's table (sorted by self time) the first two pass: other tables catch them.
+    res = check.matmul_bound(solution_bound, wrong, TABLE)
+    assert not res.passed and advice in res.message, res.message
+
+
+def test_matmul_bound_wants_a_function_for_the_operator():
+    res = check.matmul_bound(solution_bound, "aten::addmm", TABLE)
+    assert not res.passed and "function itself" in res.message
 
 
 @pytest.mark.parametrize(
@@ -187,5 +211,5 @@ def test_matmul_bound_rejects_total_time_operator():
     ids=["greater", "memory-at-or-below"],
 )
 def test_matmul_bound_tries_a_kernel_exactly_on_the_ridge(strict):
-    res = check.matmul_bound(strict, "aten::addmm", TABLE)
+    res = check.matmul_bound(strict, top_op, TABLE)
     assert not res.passed and "the ridge point itself" in res.message, res.message

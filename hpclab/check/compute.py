@@ -120,28 +120,71 @@ def conv_flops(fn: Any) -> CheckResult:
 
 
 @exercise_check
-def peak_fraction(answer: Any, gflops: float, peak_gflops: float) -> CheckResult:
-    """(b) achieved fraction of peak, as a fraction (0.85, not 85)."""
-    value = as_number(answer, "fraction")
-    if isinstance(value, CheckResult):
-        return value
-    want = gflops / peak_gflops
-    if near(value / want, 1.0, 0.005):
-        return passed(f"{gflops:.1f} / {peak_gflops:.1f} GFLOP/s = {want:.1%} of peak.")
-    ratio = value / want
-    hints = _hints(
-        ratio,
-        [
+def peak_fraction(
+    fn: Callable[[float, dict[str, Any]], float],
+    gflops: float,
+    peak_gflops: float,
+    info: dict[str, Any] | None = None,
+) -> CheckResult:
+    """(b) ``fn(gflops, info)`` -> the fraction of the fp32 peak (0.85, not 85) that ``gflops``
+    is on the allocation ``info`` describes; tried on this GEMM and on allocations whose usable
+    cores and measured clock differ from the node's and the label's."""
+    import copy
+
+    from hpclab.check.welcome import allocations
+    from hpclab.measure.sysinfo import system_info
+
+    if not callable(fn):
+        return failed("pass your function itself, e.g. check.peak_fraction(fraction_of_peak, ...)")
+    *mine, o1, o2, o3 = allocations(info or system_info())
+    cases = [(gflops, m, gflops / peak_gflops) for m in mine]
+    for a, f in zip((o1, o2, o3), (0.35, 0.8, 0.55), strict=True):
+        cases.append((f * a["cores_usable"] * a["clock_ghz"] * a["flops_per_cycle"]["fp32"], a, f))
+    name = getattr(fn, "__name__", "your function")
+    for g, case, want in cases:
+        where = f"{g:.1f} GFLOP/s on {case['cores_usable']} usable of {case['cores_node']} cores"
+        try:
+            value = as_number(fn(g, copy.deepcopy(case)), f"{name}(gflops, info)")
+        except Exception as exc:  # a student's function may raise anything
+            return failed(f"{name}(gflops, info) raised {exc!r} for {where}")
+        if isinstance(value, CheckResult):
+            return value
+        if near(value / want, 1.0, 0.005):
+            continue
+        ratio = value / want
+        nominal = case.get("clock_ghz_nominal")
+        slips = [
             (100.0, "give a fraction (0.85), not a percentage (85)"),
             (1.0 / want**2, "you divided the peak by the measurement; it is measured / peak"),
-        ],
+            (1e9, "mixed units (FLOP/s): use GFLOP/s for both"),
+            (1e-9, "mixed units (FLOP/s vs GFLOP/s): use GFLOP/s for both"),
+            (1e3, "mixed units (MFLOP/s): use GFLOP/s for both"),
+        ]
+        if case["cores_node"] != case["cores_usable"]:
+            slips.append(
+                (
+                    case["cores_usable"] / case["cores_node"],
+                    f"you counted all {case['cores_node']} cores of the node; the peak counts "
+                    f"the {case['cores_usable']} your allocation can use",
+                )
+            )
+        if nominal and not near(nominal / case["clock_ghz"], 1.0, 0.03):
+            slips.append(
+                (
+                    case["clock_ghz"] / nominal,
+                    f"you used the label's clock ({nominal:.2f} GHz); the peak uses the "
+                    f"measured {case['clock_ghz']:.2f} GHz",
+                )
+            )
+        hints = _hints(ratio, slips)
+        if value > 1.0 and not hints:
+            hints.append("a measurement cannot exceed the peak: check the units (GFLOP/s both?)")
+        hint = "; ".join(hints or [f"expected {want:.3f}, got {value:.3g}"])
+        return failed(f"{where} (peak: usable cores x measured clock x fp32 FLOP/cycle): {hint}.")
+    return passed(
+        f"{gflops:.1f} / {peak_gflops:.1f} GFLOP/s = {gflops / peak_gflops:.1%} of peak, and "
+        "right on allocations where usable and node cores, measured and labelled clocks differ."
     )
-    if value > 1.0 and not hints:
-        hints.append("a measurement cannot exceed the peak: check the units (GFLOP/s both?)")
-    for scale, unit in ((1e9, "FLOP/s"), (1e-9, "FLOP/s vs GFLOP/s"), (1e3, "MFLOP/s")):
-        if near(ratio, scale, 0.02):
-            hints.append(f"mixed units ({unit}): use GFLOP/s for both")
-    return failed("; ".join(hints or [f"expected {want:.3f}, got {value:.3g}"]) + ".")
 
 
 @exercise_check
@@ -284,34 +327,57 @@ def _timer_on(my_timer: Callable[..., float], device: str, dt: float) -> CheckRe
     )
 
 
+# (cpu latency s, cpu FLOP/s, gpu latency s, gpu FLOP/s): a GPU 300x, 3x and 10x the CPU's rate.
+CROSSOVER_CASES = ((2e-6, 1e11, 2e-5, 3e13), (1e-6, 1e11, 2e-5, 3e11), (5e-6, 2e11, 3e-5, 2e12))
+
+
 @exercise_check
 def crossover(
-    answer: Any, cpu_latency_s: float, cpu_rate: float, gpu_latency_s: float, gpu_rate: float
+    fn: Callable[[float, float, float, float], float],
+    cpu_latency_s: float,
+    cpu_rate: float,
+    gpu_latency_s: float,
+    gpu_rate: float,
 ) -> CheckResult:
-    """(e) predicted n where an n x n x n fp32 matmul becomes faster on the GPU.
-
-    Rates are FLOP/s; the model is ``t = latency + 2 n^3 / rate`` on each device.
+    """(e) ``fn(cpu_latency_s, cpu_rate, gpu_latency_s, gpu_rate)`` -> the n where an n x n x n
+    fp32 matmul becomes faster on the GPU, tried on the notebook's fits and on GPUs 300x, 3x
+    and 10x faster than the CPU. Rates are FLOP/s; the model is ``t = latency + 2 n^3 / rate``.
     """
     from hpclab.compute.crossover import crossover_work, size_of
 
-    value = as_number(answer, "n_crossover")
-    if isinstance(value, CheckResult):
-        return value
+    if not callable(fn):
+        return failed("pass your function itself, e.g. check.crossover(crossover_n, ...)")
+    name = getattr(fn, "__name__", "your function")
+    for case in ((cpu_latency_s, cpu_rate, gpu_latency_s, gpu_rate), *CROSSOVER_CASES):
+        try:
+            value = as_number(fn(*case), f"{name}{case}")
+        except Exception as exc:  # a student's function may raise anything
+            return failed(f"{name}{case} raised {exc!r}")
+        if isinstance(value, CheckResult):
+            return value
+        (c_lat, c_rate, g_lat, g_rate), work = case, crossover_work(*case)
+        want = size_of("matmul", work)
+        if near(value / want, 1.0, 0.03):
+            continue
+        ratio = value / want
+        hints = _hints(
+            ratio,
+            [
+                (2 ** (1 / 3), "a matmul is 2 n^3 FLOPs, not n^3"),
+                ((work / 2) ** 0.5 / want, "n^3, not n^2: solve 2 n^3 = w*"),
+                (want**2, "take the cube root of n^3"),
+            ],
+            0.03,
+        )
+        simple = ((g_lat - c_lat) * c_rate / 2) ** (1 / 3)
+        if near(value / simple, 1.0, 0.03) and not near(simple / want, 1.0, 0.03):
+            hints.append("the GPU's own compute time matters too: use 1/r_cpu - 1/r_gpu")
+        where = f"CPU {c_lat * 1e6:g} µs + {c_rate / 1e9:g} GFLOP/s, GPU {g_lat * 1e6:g} µs + {g_rate / 1e9:g} GFLOP/s"
+        return failed(
+            f"{where}: " + "; ".join(hints or [f"expected about {want:.0f}, got {value:.0f}"]) + "."
+        )
     work = crossover_work(cpu_latency_s, cpu_rate, gpu_latency_s, gpu_rate)
-    want = size_of("matmul", work)
-    if near(value / want, 1.0, 0.03):
-        return passed(f"n* = ((t_gpu - t_cpu) / (2 (1/r_cpu - 1/r_gpu)))^(1/3) = {want:.0f}.")
-    ratio = value / want
-    hints = _hints(
-        ratio,
-        [
-            (2 ** (1 / 3), "a matmul is 2 n^3 FLOPs, not n^3"),
-            ((work / 2) ** 0.5 / want, "n^3, not n^2: solve 2 n^3 = w*"),
-            (want**2, "take the cube root of n^3"),
-        ],
-        0.03,
+    return passed(
+        "n* = ((t_gpu - t_cpu) / (2 (1/r_cpu - 1/r_gpu)))^(1/3) = "
+        f"{size_of('matmul', work):.0f} here, and right for GPUs 3x to 300x the CPU's rate."
     )
-    simple = ((gpu_latency_s - cpu_latency_s) * cpu_rate / 2) ** (1 / 3)
-    if near(value / simple, 1.0, 0.03) and not near(simple / want, 1.0, 0.03):
-        hints.append("the GPU's own compute time matters too: use 1/r_cpu - 1/r_gpu")
-    return failed("; ".join(hints or [f"expected about {want:.0f}, got {value:.0f}"]) + ".")

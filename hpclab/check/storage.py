@@ -209,7 +209,7 @@ def read_bandwidth(
     shard_files_per_s: Any,
     target_img_s: float = 3000,
     sample_kb: float = 110,
-    per_shard: int = 1000,
+    per_shard: int = 1024,
 ) -> CheckResult:
     """Bandwidth (MB/s, 10^6 bytes) and file opens per second a job needs at ``target_img_s``."""
     values = {}
@@ -230,6 +230,8 @@ def read_bandwidth(
     if not near(r, 1.0, 0.01):
         if near(r, 1 / 1.048576, 0.01) or near(r, 1 / 1.024, 0.01):
             hints.append("mb_per_s: use MB = 10^6 bytes (kB = 1000 bytes), not MiB")
+        elif near(r, 1.024, 0.005):
+            hints.append("mb_per_s: a kB here is 1000 bytes, not 1024")
         elif near(r, 8.0):
             hints.append("mb_per_s: that is megabits; divide by 8 for megabytes")
         elif near(r, 1e3) or near(r, 1e-3):
@@ -240,7 +242,12 @@ def read_bandwidth(
         hints.append("files_per_s: with one file per sample, every image is one open")
     rs = values["shard_files_per_s"] / want_shards
     if not near(rs, 1.0, 0.01):
-        if near(rs, per_shard**2):
+        if values["shard_files_per_s"] in (math.floor(want_shards), math.ceil(want_shards)):
+            hints.append(
+                f"shard_files_per_s: a rate need not be whole: {target_img_s:g} / {per_shard} "
+                "opens per second, not rounded"
+            )
+        elif near(rs, per_shard**2):
             hints.append("shard_files_per_s: divide the images/s by the samples per shard")
         elif near(values["shard_files_per_s"] / want_files, 1.0, 0.01):
             hints.append(
@@ -256,46 +263,73 @@ def read_bandwidth(
     )
 
 
+# samples/s by num_workers: workers pay off (1 suffices; 2 is needed; 1 exactly at 90 % of the
+# best), 0 workers close to the best (still no overlap), and samples so cheap that 0 wins.
+WORKER_TABLES = (
+    {0: 100.0, 1: 200.0, 2: 210.0, 4: 212.0},
+    {0: 100.0, 1: 150.0, 2: 190.0, 4: 200.0},
+    {0: 90.0, 1: 180.0, 2: 200.0, 4: 199.0},
+    {0: 195.0, 1: 190.0, 2: 200.0},
+    {0: 500.0, 1: 300.0, 2: 320.0},
+)
+
+
 @exercise_check
-def workers(answer: Any, table: dict[int, float], tolerance: float = 0.10) -> CheckResult:
-    """The smallest ``num_workers`` >= 1 whose samples/s is within ``tolerance`` of the best.
+def workers(fn: Callable[[dict[int, float]], Any], table: dict[int, float]) -> CheckResult:
+    """``fn(table)`` -> the smallest ``num_workers`` >= 1 whose samples/s is within 10 % of the
+    best, tried on the student's measurement and on tables where other counts are right.
 
     Chapter 04's lesson: workers overlap loading with the training step, and 0 workers do not
     (the training process decodes every batch itself). 0 is the answer only when every worker
-    count is more than ``tolerance`` below it: samples so cheap that moving them between
-    processes costs more than reading them.
+    count is more than 10 % below it: samples so cheap that moving them between processes
+    costs more than reading them.
     """
+    if not callable(fn):
+        return failed("pass your function itself, e.g. workers(choose_workers, table)")
     if not table:
         return failed("the measurement table is empty: run the loader sweep first")
-    num = as_number(answer, "my_workers")
-    if isinstance(num, CheckResult):
-        return num
+    name = getattr(fn, "__name__", "your function")
+    for where, case in (("your measurement", table), *(("", t) for t in WORKER_TABLES)):
+        where = where or "the table " + ", ".join(f"{w}: {v:g}" for w, v in case.items())
+        try:
+            num = as_number(fn(dict(case)), f"{name}(table)")
+        except Exception as exc:  # a student's function may raise anything
+            return failed(f"{name}(table) raised {exc!r} for {where}")
+        if isinstance(num, CheckResult):
+            return num
+        wrong = _workers_mistake(num, case)
+        if wrong:
+            return failed(f"for {where}: {wrong}")
+    return passed(
+        "your rule picks the fewest workers (at least 1) within 10% of the best, here and on "
+        "tables where 1, 2 or 0 workers are right: only workers overlap loading with training; "
+        "0 only when every worker count is more than 10% slower."
+    )
+
+
+def _workers_mistake(num: float, table: dict[int, float], tolerance: float = 0.10) -> str | None:
+    """None when ``num`` is the rule's pick for ``table``; else why it is not."""
     if num not in table:
-        return failed(f"my_workers={answer!r} was not measured; pick one of {sorted(table)}")
+        return f"{num!r} workers were not measured; pick one of {sorted(table)}"
     pick = int(num)
     best = max(table.values())
     floor = (1 - tolerance) * best
     good = sorted(w for w, v in table.items() if w >= 1 and v >= floor)
     want = good[0] if good else 0
     if pick == want:
-        # One text for both outcomes: which one a measurement gives varies from run to run.
-        return passed(
-            "that is the rule's pick for this measurement: the fewest workers (at least 1) "
-            "within 10% of the best, since only workers overlap loading with training; 0 only "
-            "when every worker count is more than 10% slower."
-        )
+        return None
     if pick == 0:
-        return failed(
+        return (
             f"with 0 workers the training process decodes every batch itself, so loading never "
             f"overlaps the training step; {want} worker(s) reach {table[want]:.0f} samples/s, "
             f"within 10% of the best ({best:.0f})"
         )
     if table[pick] < floor:
-        return failed(
+        return (
             f"{pick} workers reach {table[pick]:.0f} samples/s, more than 10% below the best "
             f"({best:.0f}); look for the smallest count that is within 10%"
         )
-    return failed(
+    return (
         f"{pick} workers are within 10% of the best, but {want} already are: each extra "
         "worker is a process that takes a core (and memory) from the training job"
     )

@@ -3,11 +3,14 @@ reading a GPU-pair matrix, pinned vs pageable copy time, and the copy/compute pi
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Callable
 from itertools import combinations
 from typing import Any
 
 from hpclab.check import CheckResult, as_number, exercise_check, failed, near, passed
+from hpclab.check import machines as M
 from hpclab.topology import lanes as L
 from hpclab.topology import overlap as O
 from hpclab.topology.gpu_pairs import LEVELS
@@ -72,18 +75,45 @@ def _pair(p: Any) -> tuple[str, str] | None:
 
 
 @exercise_check
-def crossing_pairs(answer: Any, pairs: list[dict[str, Any]]) -> CheckResult:
-    """(b) the set of GPU pairs whose traffic crosses the sockets' interconnect (SYS)."""
+def crossing_pairs(fn: Callable[[list[dict[str, Any]]], Any]) -> CheckResult:
+    """(b) ``fn(pairs)`` -> the set of GPU pairs whose traffic crosses the sockets'
+    interconnect (SYS), tried on the bundled machines and on them renumbered."""
+    if not callable(fn):
+        return failed("pass your function itself, e.g. check.crossing_pairs(crossing_pairs_of)")
+    name = getattr(fn, "__name__", "your function")
+    for where, pairs in M.machines().items():
+        try:
+            answer = fn(copy.deepcopy(pairs))
+        except Exception as exc:  # a student's function may raise anything
+            return failed(f"{name}(pairs) on {where} raised {exc!r}")
+        wrong = _crossing_mistake(answer, pairs)
+        if wrong and "renumbered" in where:  # the same machine in its first numbering passed
+            wrong += (
+                "; your function was right with the usual numbering, so it reads the labels: "
+                "a numbering says nothing about the sockets, each pair's pcie_path does"
+            )
+        if wrong:
+            return failed(f"on {where}: {wrong}.")
+    dgx2 = M.machines()["the DGX-2H"]
+    n = sum(p["pcie_path"] == "SYS" for p in dgx2)
+    return passed(
+        f"{n} of {len(dgx2)} pairs cross the DGX-2H's sockets (SYS), and your function finds "
+        "the crossing pairs on the other machines and on them renumbered too."
+    )
+
+
+def _crossing_mistake(answer: Any, pairs: list[dict[str, Any]]) -> str | None:
+    """None when ``answer`` is exactly the SYS pairs of ``pairs``; else what is wrong."""
     try:
         given = {_pair(p) for p in answer}
     except TypeError:
-        return failed("give a set of pairs, e.g. {('GPU0', 'GPU4'), ...}")
+        return "return a set of pairs, e.g. {('GPU0', 'GPU4'), ...}"
     if None in given:
-        return failed("each pair should be two GPU labels, e.g. ('GPU0', 'GPU4')")
+        return "each pair should be two GPU labels, e.g. ('GPU0', 'GPU4')"
     want = {_pair((p["gpu_a"], p["gpu_b"])) for p in pairs if p["pcie_path"] == "SYS"}
-    level = {_pair((p["gpu_a"], p["gpu_b"])): p["pcie_path"] for p in pairs}
     if given == want:
-        return passed(f"{len(want)} of {len(pairs)} pairs cross the sockets (SYS).")
+        return None
+    level = {_pair((p["gpu_a"], p["gpu_b"])): p["pcie_path"] for p in pairs}
     extra, missing = given - want, want - given
     hints = []
     wrong_levels = sorted({level.get(p, "unknown") for p in extra})
@@ -98,33 +128,92 @@ def crossing_pairs(answer: Any, pairs: list[dict[str, Any]]) -> CheckResult:
             f"{len(missing)} SYS pairs are missing (every GPU on one NUMA node "
             "with every GPU on the other)"
         )
-    return failed("; ".join(hints) + ".")
+    return "; ".join(hints)
+
+
+@functools.cache
+def _group_cases() -> tuple[tuple[str, list[dict[str, Any]], int, dict, int], ...]:
+    """(where, pairs, k, level of each pair, the best worst level of k GPUs) per case."""
+    m = M.machines()
+    dgx2, shuffled = m["the DGX-2H"], m["the DGX-2H with its GPUs renumbered"]
+    cases = [
+        ("the DGX-2H", dgx2, 4),
+        ("the DGX-2H", dgx2, 2),
+        ("the DGX-2H with its GPUs renumbered", shuffled, 4),
+        ("the DGX-2H with its GPUs renumbered", shuffled, 2),
+        ("the DGX-2H with its GPUs renumbered", shuffled, 6),
+        *((where, pairs, 2) for where, pairs in list(m.items())[2:4]),
+        *((where, pairs, 3) for where, pairs in list(m.items())[4:]),
+    ]
+    out = []
+    for where, pairs, k in cases:
+        level = {_pair((p["gpu_a"], p["gpu_b"])): LEVELS.index(p["pcie_path"]) for p in pairs}
+        best = min(_worst(g, level) for g in combinations(M.gpus(pairs), k))
+        out.append((where, pairs, k, level, best))
+    return tuple(out)
+
+
+def _worst(group: tuple[str, ...], level: dict) -> int:
+    return max(level[_pair(p)] for p in combinations(group, 2))
+
+
+def _group_mistake(group: list[str], pairs: list[dict[str, Any]], k: int, level: dict) -> str:
+    """A hint true of the group returned, when it matches a known wrong method."""
+    gpus = M.gpus(pairs)
+    numa = {p[f"gpu_{s}"]: p[f"numa_{s}"] for p in pairs for s in "ab"}
+    if set(group) == set(gpus[:k]):
+        return (
+            f"that is the first {k} labels: a numbering says nothing about the wiring, so "
+            "choose from the pair matrix"
+        )
+    if min(level[_pair(p)] for p in combinations(group, 2)) == min(level.values()):
+        return (
+            "your group holds one of the closest pairs, yet another group's worst pair is "
+            "better: compare whole groups by their worst pair"
+        )
+    if len({numa[g] for g in group}) == 1:
+        return (
+            "your GPUs share a socket, but GPUs of one socket can still sit below different "
+            "host bridges or switches"
+        )
+    return ""
 
 
 @exercise_check
-def best_group(answer: Any, pairs: list[dict[str, Any]], k: int) -> CheckResult:
-    """(b) a group of ``k`` GPUs whose worst pair uses the best path possible on this machine."""
-    level = {_pair((p["gpu_a"], p["gpu_b"])): LEVELS.index(p["pcie_path"]) for p in pairs}
-    gpus = sorted({g for pr in level for g in pr})
-    try:
-        group = sorted({str(g) for g in answer})
-    except TypeError:
-        return failed(f"give {k} GPU labels, e.g. ['GPU0', 'GPU1', ...]")
-    if len(group) != k or not set(group) <= set(gpus):
-        return failed(f"give {k} distinct GPUs of this machine ({', '.join(gpus[:4])}, ...)")
-
-    def worst(g: tuple[str, ...]) -> int:
-        return max(level[_pair(p)] for p in combinations(g, 2))
-
-    best = min(worst(g) for g in combinations(gpus, k))
-    mine = worst(tuple(group))
-    if mine == best:
-        return passed(f"the worst path inside {group} is {LEVELS[mine]}, the best any {k} can do.")
-    return failed(
-        f"the worst pair inside your group talks over {LEVELS[mine]}; a group of {k} can keep "
-        f"every pair at {LEVELS[best]} or better: pick GPUs under one "
-        + ("switch" if LEVELS[best] in ("PIX", "PXB") else "socket")
-        + "."
+def best_group(fn: Callable[[list[dict[str, Any]], int], Any]) -> CheckResult:
+    """(b) ``fn(pairs, k)`` -> ``k`` GPU labels whose worst pair uses the best path possible,
+    tried on the bundled machines, on the DGX-2H renumbered, and on a made-up machine."""
+    if not callable(fn):
+        return failed("pass your function itself, e.g. check.best_group(best_gpus)")
+    shown, cases = "", _group_cases()
+    for where, pairs, k, level, best in cases:
+        gpus = M.gpus(pairs)
+        name = getattr(fn, "__name__", "your function")
+        try:
+            answer = fn(copy.deepcopy(pairs), k)
+        except Exception as exc:  # a student's function may raise anything
+            return failed(f"{name}(pairs, {k}) on {where} raised {exc!r}")
+        try:
+            group = sorted({str(g) for g in answer}, key=lambda g: (len(g), g))
+        except TypeError:
+            return failed(f"{name}(pairs, {k}) should return {k} GPU labels, e.g. ['GPU0', ...]")
+        if len(group) != k or not set(group) <= set(gpus):
+            return failed(
+                f"{name}(pairs, {k}) on {where} returned {group}: give {k} distinct GPUs "
+                f"of that machine ({', '.join(gpus[:3])}, ...)"
+            )
+        mine = _worst(tuple(group), level)
+        if mine != best:
+            why = _group_mistake(group, pairs, k, level)
+            return failed(
+                f"on {where}, k={k}: the worst pair inside {group} talks over "
+                f"{LEVELS[mine]}; a group of {k} can keep every pair at {LEVELS[best]} or "
+                f"better{'; ' + why if why else ''}."
+            )
+        shown = shown or f"{group} on {where} (worst pair {LEVELS[mine]})"
+    return passed(
+        f"your groups are as good as any on {len(cases)} cases "
+        f"(renumbered GPUs and other machines included), e.g. {shown}."
     )
 
 

@@ -2,9 +2,65 @@
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from typing import Any
 
 from hpclab.check import CheckResult, as_number, exercise_check, failed, near, passed
+
+# Allocations unlike a laptop's or CI's: fewer usable cores than the node has, a label's clock
+# apart from the measured one, SMT (two logical CPUs per physical core), several widths of FMA
+# units.
+OTHER_ALLOCATIONS = (
+    {"cores_usable": 2, "cores_node": 8, "cores_physical": 2, "clock_ghz": 3.65,
+     "clock_ghz_nominal": 2.6},
+    {"cores_usable": 16, "cores_node": 64, "cores_physical": 8, "clock_ghz": 2.0,
+     "clock_ghz_nominal": 2.45},
+    {"cores_usable": 6, "cores_node": 6, "cores_physical": 6, "clock_ghz": 2.9,
+     "clock_ghz_nominal": None},
+)  # fmt: skip
+OTHER_FLOPS = (32, 64, 16)  # fp32 FLOPs per cycle per core of each allocation above
+_ANSWERS = ("peak_gflops", "peak_derivation")  # what the function must compute, not read
+
+
+def allocations(info: dict[str, Any]) -> list[dict[str, Any]]:
+    """This machine's ``system_info()`` less its own peak (when its clock is known), then the
+    other allocations, as ``system_info()`` dicts."""
+    mine = {k: v for k, v in info.items() if k not in _ANSWERS}
+    others = [
+        dict(a, flops_per_cycle={"fp32": f, "fp64": f // 2})
+        for a, f in zip(OTHER_ALLOCATIONS, OTHER_FLOPS, strict=True)
+    ]
+    return ([mine] if mine.get("clock_ghz") else []) + others
+
+
+@exercise_check
+def peak(fn: Callable[[dict[str, Any]], float], info: dict[str, Any] | None = None) -> CheckResult:
+    """``fn(info)`` -> the fp32 peak (GFLOP/s) of the allocation a ``system_info()`` dict
+    describes, tried on this machine's and on allocations whose usable cores and clocks differ
+    from the node's and the label's."""
+    if not callable(fn):
+        return failed("pass your function itself, e.g. peak(peak_gflops)")
+    if info is None:
+        from hpclab.measure.sysinfo import system_info
+
+        info = system_info()
+    name = getattr(fn, "__name__", "your function")
+    for case in allocations(info):
+        try:
+            value = fn(copy.deepcopy(case))
+        except Exception as exc:  # a student's function may raise anything
+            return failed(f"{name}(info) raised {exc!r} for {_describe(case)}")
+        value = as_number(value, f"{name}(info)")
+        if isinstance(value, CheckResult):
+            return value
+        wrong = _explain(value, case)
+        if wrong:
+            return failed(f"for {_describe(case)}: {wrong}")
+    return passed(
+        "your peak matches within 1% on this machine and on allocations where usable cores and "
+        "clocks differ from the node's and the label's."
+    )
 
 
 def _physical(info: dict[str, Any]) -> int:
@@ -12,30 +68,30 @@ def _physical(info: dict[str, Any]) -> int:
     return info.get("cores_physical") or info["cores_usable"]
 
 
-@exercise_check
-def peak(value_gflops: Any, info: dict[str, Any] | None = None) -> CheckResult:
-    """Compare a student's fp32 peak (GFLOP/s) with ``system_info()`` and explain a mismatch."""
-    if info is None:
-        from hpclab.measure.sysinfo import system_info
+def _describe(info: dict[str, Any]) -> str:
+    nominal = info.get("clock_ghz_nominal")
+    label = f", labelled {nominal:.2f} GHz" if nominal else ""
+    phys = _physical(info)
+    smt = f" ({phys} physical)" if phys != info["cores_usable"] else ""
+    return (
+        f"{info['cores_usable']} usable of {info['cores_node']} cores{smt} at "
+        f"{info['clock_ghz']:.2f} GHz{label}, {info['flops_per_cycle']['fp32']} fp32 FLOP/cycle"
+    )
 
-        info = system_info()
-    value = as_number(value_gflops, "my_peak_gflops")
-    if isinstance(value, CheckResult):
-        return value
+
+def _explain(value: float, info: dict[str, Any]) -> str | None:
+    """None when ``value`` is this allocation's fp32 peak within 1%; else why it is not."""
     # The peak counts physical cores: SMT siblings share a core's FMA pipes.
-    cores, node = _physical(info), info["cores_node"]
-    logical = info["cores_usable"]
+    cores, node, logical = _physical(info), info["cores_node"], info["cores_usable"]
     clock, nominal = info["clock_ghz"], info.get("clock_ghz_nominal")
     fpc = info["flops_per_cycle"]["fp32"]
-    if not clock:
-        return failed("this machine's clock could not be measured, so there is no peak to compare")
     expected = cores * clock * fpc
     formula = f"{cores} cores x {clock:.2f} GHz x {fpc} FLOP/cycle = {expected:.1f} GFLOP/s"
     if value <= 0:
-        return failed(f"a peak must be positive; expected about {formula}")
+        return f"a peak must be positive; expected about {formula}"
     ratio = value / expected
     if near(ratio, 1.0, 0.01):
-        return passed("your fp32 peak matches system_info() within 1%.")
+        return None
     # Each explanation is the factor it would make; when two give the same factor (on 2 cores,
     # "one core" and "an FMA counted once" both halve the peak) both are named as possible.
     causes: list[tuple[float, str]] = []
@@ -45,7 +101,11 @@ def peak(value_gflops: Any, info: dict[str, Any] | None = None) -> CheckResult:
                 nominal / clock,
                 f"you used the nominal clock ({nominal:.2f} GHz, what lscpu/cpuinfo label the CPU "
                 f"with); cores run at the measured {clock:.2f} GHz, and a peak from the label "
-                "makes real kernels look faster than possible",
+                + (
+                    "makes real kernels look faster than possible"
+                    if nominal < clock
+                    else "makes real kernels look slower than they are"
+                ),
             )
         )
     if logical != cores:
@@ -64,8 +124,13 @@ def peak(value_gflops: Any, info: dict[str, Any] | None = None) -> CheckResult:
                 "(affinity, cgroup, SLURM_CPUS_PER_TASK)",
             )
         )
-    causes.append((0.5, "an FMA (fused multiply-add) is 2 FLOPs: count each FMA lane twice"))
-    causes.append((2.0, "you counted 2x too many FLOPs: did you double the FMA lanes twice?"))
+    causes.append(
+        (
+            0.5,
+            "flops_per_cycle already counts an FMA (fused multiply-add) as 2 FLOPs: don't halve it",
+        )
+    )
+    causes.append((2.0, "flops_per_cycle already counts each FMA lane twice: don't double it"))
     if cores > 1:
         causes.append((1.0 / cores, f"that is the peak of one core; there are {cores} usable"))
     for scale, unit in ((1e3, "MFLOP/s"), (1e9, "FLOP/s"), (1e-3, "TFLOP/s")):
@@ -79,7 +144,7 @@ def peak(value_gflops: Any, info: dict[str, Any] | None = None) -> CheckResult:
         ]
     if not hints:
         hints.append(f"it is {ratio:.2f}x the expected value")
-    return failed("; ".join(hints) + f". Expected: {formula}.")
+    return "; ".join(hints) + f". Expected: {formula}"
 
 
 @exercise_check

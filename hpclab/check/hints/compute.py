@@ -27,12 +27,13 @@ EXERCISES = (
     ),
     Exercise(
         "peak_fraction",
-        (("number", "fraction, the GEMM's GFLOP/s over the theoretical peak"),),
+        (("function", "fraction_of_peak(gflops, info) returning a fraction of the fp32 peak"),),
         (
             "As in chapter 00: measured divided by possible.",
             "The peak is usable cores x measured clock x fp32 FLOPs per cycle, all found in "
-            "`info`; the measurement is rec['gflops'].",
-            "Two assignments: `peak` from three entries of info, then `fraction` by one division.",
+            "`info` (not the node's cores, not the label's clock: the check tries allocations "
+            "where they differ); the measurement is `gflops`.",
+            "Two lines: the peak from three entries of info, then one division.",
         ),
     ),
     Exercise(
@@ -70,14 +71,19 @@ EXERCISES = (
     ),
     Exercise(
         "crossover",
-        (("number", "n_cross, the matrix size where the GPU starts to win"),),
+        (
+            (
+                "function",
+                "crossover_n(cpu_latency_s, cpu_rate, gpu_latency_s, gpu_rate) returning the "
+                "matrix size where the GPU starts to win",
+            ),
+        ),
         (
             "Each device takes a fixed latency plus work / rate; the crossover is where the two "
             "times are equal.",
             "Setting t_cpu(w) = t_gpu(w) gives the work w = (latency_gpu - latency_cpu) / "
             "(1/rate_cpu - 1/rate_gpu); an n x n x n matmul is w = 2 n^3 FLOPs.",
-            "Two lines: w from the four fitted numbers in `cpu` and `gpu`, then n as the cube "
-            "root of w / 2.",
+            "Two lines: w from the four arguments, then n as the cube root of w / 2.",
         ),
     ),
 )

@@ -46,12 +46,13 @@ EXERCISES = (
         "matmul_bound",
         (
             ("function", "my_bound(m, k, n, ridge) returning 'compute' or 'memory'"),
-            ("text", "my_top_op, an operator name from the table"),
+            ("function", "my_top_op(table) returning an operator name from the table"),
         ),
         (
             "Self time excludes the operators an operator calls; a matmul's place on the "
             "roofline is set by its arithmetic intensity.",
-            "aten::linear calls another operator that does the work: rank by self_cpu_seconds. "
+            "aten::linear calls another operator that does the work: rank by self_cpu_seconds "
+            "(the check's other tables are in no particular order). "
             "An fp32 [m,k] @ [k,n] does 2 m k n FLOPs and moves 4 (m k + k n + m n) bytes.",
             "my_top_op: the operator of the row with the largest self time. my_bound: the "
             "intensity as FLOPs over bytes, 'compute' at or above the ridge, else 'memory'.",

@@ -52,12 +52,13 @@ EXERCISES = (
     ),
     Exercise(
         "workers",
-        (("number", "my_workers, a num_workers value you measured"),),
+        (("function", "choose_workers(table) returning a num_workers value of the table"),),
         (
             "Loader workers overlap loading with training; more than needed only take cores and "
             "memory from the job.",
-            "Take the best samples/s of the sweep: the answer is the fewest workers (at least 1) "
-            "within 10% of it; 0 only when every worker count is more than 10% slower.",
+            "Take the best samples/s of the table: the answer is the fewest workers (at least "
+            "1) within 10% of it (90% of the best counts as within); 0 only when every worker "
+            "count is more than 10% slower.",
             "The best rate; the worker counts >= 1 whose rate is at least 0.9 x the best, in "
             "order; the first of them, or 0 if there is none.",
         ),

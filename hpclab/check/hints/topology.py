@@ -18,10 +18,11 @@ EXERCISES = (
     ),
     Exercise(
         "crossing_pairs",
-        (("collection", "crossing, a set of (gpu_a, gpu_b) pairs"),),
+        (("function", "crossing_pairs_of(pairs) returning a set of (gpu_a, gpu_b) pairs"),),
         (
             "nvidia-smi topo's level of a pair says which parts of the machine its traffic "
-            "crosses; one level means crossing between the sockets.",
+            "crosses; one level means crossing between the sockets. The labels' numbering "
+            "says nothing about the sockets.",
             "SYS: the path goes over the link between the CPU sockets (UPI, Infinity Fabric). "
             "Each pair record has 'gpu_a', 'gpu_b' and 'pcie_path'.",
             "A set comprehension over `pairs` that keeps (gpu_a, gpu_b) when pcie_path is that "
@@ -30,12 +31,16 @@ EXERCISES = (
     ),
     Exercise(
         "best_group",
-        (("collection", "group4, a list of four GPU labels"),),
+        (("function", "best_gpus(pairs, k) returning k GPU labels"),),
         (
-            "A group is as fast as its worst pair: choose GPUs whose every pair uses a short path.",
-            "The levels order PIX < PXB < PHB < NODE < SYS (shortest first). GPUs behind the "
-            "same PCIe switches have PIX or PXB between them: read the pair matrix above.",
-            "A list of four labels ('GPU<i>') that all hang below the same switches.",
+            "A group is as fast as its worst pair: the best group of k is the one whose worst "
+            "pair uses the shortest path. The labels' numbering says nothing about the wiring.",
+            "The levels order PIX < PXB < PHB < NODE < SYS (shortest first). Each pair record "
+            "has 'gpu_a', 'gpu_b' and 'pcie_path'. A group grown from the closest pair, or "
+            "taken from one socket, can be worse than another group: judge whole groups.",
+            "Map each pair of labels to the rank of its level; collect the labels; among all "
+            "groups of k labels (itertools.combinations) keep one whose largest pair rank is "
+            "the smallest.",
         ),
     ),
     Exercise(

@@ -5,15 +5,16 @@ from hpclab.check.hints import Exercise
 EXERCISES = (
     Exercise(
         "peak",
-        (("number", "my_peak_gflops, this allocation's fp32 peak in GFLOP/s"),),
+        (("function", "peak_gflops(info) returning the allocation's fp32 peak in GFLOP/s"),),
         (
             "A peak is how many units work in parallel times how fast each one goes: cores x "
             "cycles per second x FLOPs per cycle.",
-            "One fused multiply-add (FMA) is 2 FLOPs, and each core completes `fma_lanes` of them "
-            "per cycle. Use the cores of your allocation and the measured clock, not the node's "
-            "cores or the label's clock.",
-            "A product of four numbers from the cell above: the cores, the clock in GHz (which "
-            "makes the result GFLOP/s), the FMA lanes, and the FLOPs per FMA.",
+            "Count the physical cores your allocation may use (not the node's, and not SMT's "
+            "logical CPUs, which share a core's FMA units), and the measured clock, not the "
+            "label's: the check tries allocations where they differ. flops_per_cycle already "
+            "counts each fused multiply-add (FMA) as 2 FLOPs.",
+            "A product of three entries of info: the usable physical cores, the measured clock in "
+            "GHz (which makes the result GFLOP/s) and the fp32 FLOPs per cycle.",
         ),
     ),
     Exercise(
