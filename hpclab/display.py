@@ -183,6 +183,33 @@ def apply_series_colors(fig: Any) -> Any:
     return fig
 
 
+def run_label(record: dict[str, Any], shown: tuple[str, ...] = ()) -> str:
+    """What set this record's run apart from the other runs a panel accumulated (its ``run``
+    settings, as :class:`~hpclab.widgets.panel.ExperimentPanel` marks them), leaving out the
+    settings the plot already shows (``shown``: in the series name or on the x axis)."""
+    parts = []
+    for k, v in (record.get("run") or {}).items():
+        if k not in shown:
+            value = ",".join(str(x) for x in v) if isinstance(v, (list, tuple)) else v
+            parts.append(f"{k.replace('_', ' ')} {value}")
+    return ", ".join(parts)
+
+
+def split_runs(
+    series: dict[str, list[dict[str, Any]]], shown: tuple[str, ...] = ()
+) -> dict[str, list[dict[str, Any]]]:
+    """``series`` (rows by series name) with each series that holds rows of several accumulated
+    runs split into one series per run, named ``"name (batch size 64)"``: two runs never share a
+    line or a legend entry."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name, rows in series.items():
+        labels = {run_label(r, shown) for r in rows}
+        for r in rows:
+            label = run_label(r, shown)
+            out.setdefault(f"{name} ({label})" if len(labels) > 1 else name, []).append(r)
+    return out
+
+
 def load_note(result: Any) -> str:
     """The sentence that says a live result was measured while others held our cores (none for
     a result that only evaluates a model or shows references)."""
@@ -219,6 +246,16 @@ def log_ticks(lo: float, hi: float) -> list[float]:
     return [t for t in ticks if first <= t <= last]
 
 
+DOUBLING = math.log10(2)  # a log axis's dtick for a tick at every power of two (GPU counts)
+
+
+def doubling_ticks(lo: float, hi: float) -> list[float]:
+    """Powers of two over ``[lo, hi]`` (every other one past eight): 1, 2, 4 ... GPUs."""
+    k0, k1 = math.floor(math.log2(lo)), math.ceil(math.log2(hi))
+    step = 2 if k1 - k0 > 8 else 1
+    return [2.0**k for k in range(k0, k1 + 1, step)]
+
+
 def _axis_data(fig: Any, axis: str) -> list[float]:
     """The positive numbers that traces draw on layout axis ``axis`` (``"xaxis2"``...)."""
     letter, ref = axis[0], axis[0] + axis[5:]  # "xaxis2" -> "x", "x2"
@@ -239,18 +276,22 @@ def _axis_data(fig: Any, axis: str) -> list[float]:
 
 def readable_log_axes(fig: Any) -> Any:
     """Log axes the plot left to plotly get ticks with whole values (``1``, ``2``, ``5``, ``10``,
-    ``20``... or ``1k``, ``10k``...), not plotly's lone ``2`` and ``5`` between powers of ten."""
+    ``20``... or ``1k``, ``10k``...), not plotly's lone ``2`` and ``5`` between powers of ten;
+    a GPU-count axis (``dtick=DOUBLING``) gets 1, 2, 4, 8 ... written out."""
     for axis, spec in fig.layout.to_plotly_json().items():
         if not axis[1:].startswith("axis") or spec.get("type") != "log":
             continue
-        if any(k in spec for k in ("dtick", "tickvals", "tickmode")):
+        if any(k in spec for k in ("tickvals", "tickmode")):
+            continue
+        doubling = spec.get("dtick") is not None and abs(spec["dtick"] - DOUBLING) < 1e-3
+        if spec.get("dtick") is not None and not doubling:
             continue
         data = _axis_data(fig, axis)
         if not data:
             continue
-        vals = log_ticks(min(data), max(data))
+        vals = (doubling_ticks if doubling else log_ticks)(min(data), max(data))
         fig.layout[axis].update(
-            tickmode="array", tickvals=vals, ticktext=[tick_label(v) for v in vals]
+            dtick=None, tickmode="array", tickvals=vals, ticktext=[tick_label(v) for v in vals]
         )
     return fig
 

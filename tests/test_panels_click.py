@@ -54,6 +54,18 @@ def beyond_max(name: str) -> Callable[[Any], str]:
     return set_bad
 
 
+def offered(name: str, value: Any, expected: str) -> Callable[[Any], str]:
+    """An invalid value for a dropdown that offers only valid ones: the option added back."""
+
+    def set_bad(p) -> str:
+        ctl = p.controls[name]
+        ctl.options = [*ctl.options, (str(value), value)]
+        ctl.value = value
+        return expected
+
+    return set_bad
+
+
 def setting(**values: Any) -> Callable[[Any], str]:
     def set_bad(p) -> str:
         for k, v in values.items():
@@ -155,7 +167,7 @@ CASES = {
     "hardware": Case(
         lambda: panel("hardware", fields=("cores", "probe_size"), live=True, run_now=False),
         "cores", (4, 1, 8, 2), shows_hardware,
-        setting(probe_size=1), cheap={"probe_size": 0},
+        offered("probe_size", 8, "probe_size=8 is too small"), cheap={"probe_size": 0},
     ),
     "gemm": Case(
         lambda: panel("gemm", fields=("size", "dtype", "threads", "device"),

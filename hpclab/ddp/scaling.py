@@ -14,7 +14,7 @@ from typing import Any
 from hpclab.config import Config, ConfigError, param
 from hpclab.ddp.cost_model import LINKS, WORKLOADS, Workload, predict
 from hpclab.ddp.plots import add_both_panels, reference_scaling
-from hpclab.display import figure
+from hpclab.display import DOUBLING, figure
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 
@@ -128,7 +128,7 @@ def plot_scaling_model(result: Result):
             legendgroup=tier,
             **style,
         )
-    fig.update_xaxes(type="log", dtick=0.30103, title="GPUs")
+    fig.update_xaxes(type="log", dtick=DOUBLING, title="GPUs")
     fig.update_yaxes(type="log", row=1, col=1)
     fig.update_yaxes(range=[0, 1.1], row=1, col=2)
     fig.update_layout(title=f"Scaling model: {result.config.get('workload')}", height=420)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from hpclab.config import Config, param
 from hpclab.ddp.cost_model import DEFAULT_LINK_EFFICIENCY, LINKS, _slowest, ring_allreduce_s
-from hpclab.display import figure
+from hpclab.display import DOUBLING, figure
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 
@@ -155,7 +155,7 @@ def plot_strategy_model(result: Result):
         x=gpus, y=[cfg["gpu_memory_gb"]] * len(gpus), mode="lines", row=1, col=2,
         line={"dash": "dash", "color": "gray"}, name=f"{cfg['gpu_memory_gb']:g} GB per GPU",
     )  # fmt: skip
-    fig.update_xaxes(type="log", dtick=0.30103, title="GPUs")
+    fig.update_xaxes(type="log", dtick=DOUBLING, title="GPUs")
     fig.update_yaxes(type="log")
     params = result.records[0]["params"] if result.records else 0
     fig.update_layout(
