@@ -96,6 +96,7 @@ def test_controls_offer_only_what_the_config_accepts(monkeypatch):
     hw = panel("hardware", fields=("cores", "probe_size"), run_now=False)
     sizes = [v for _label, v in hw.controls["probe_size"].options]
     assert sizes[0] == 0 and min(sizes[1:]) == 16 and max(sizes) == 8192
+    assert hw.controls["probe_size"].value == hw.experiment.config.create().probe_size  # kept
     whatif = panel("scaling-model", fields=("workload", "max_gpus"), run_now=False)
     assert "custom" not in whatif.controls["workload"].options  # its hidden scaling is "preset"
     custom = panel("scaling-model", fields=("workload", "scaling"), fixed={"scaling": "weak"},

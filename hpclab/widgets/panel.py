@@ -61,7 +61,9 @@ class ExperimentPanel:
         self.controls = {n: make_control(described[n], getattr(base, n)) for n in names}
         for n, ctl in self.controls.items():
             if isinstance(getattr(ctl, "options", None), tuple):
+                value = ctl.value  # new options would reset it to the first one
                 ctl.options = [o for o in ctl.options if self._accepts(n, o)]
+                ctl.value = value
         self._defaults = {n: described[n]["default"] for n in names}
 
         self.runner = Runner(self._work, before=self.config)
