@@ -20,6 +20,7 @@ import pytest
 pytest.importorskip("ipywidgets")
 
 from hpclab.widgets import panel  # noqa: E402
+from hpclab.widgets.controls import set_max  # noqa: E402
 from hpclab.widgets.scaling_explorer import dp_by_hand_panel, scaling_explorer  # noqa: E402
 
 JOIN_S = 300  # generous: a loaded 2-core machine; a healthy run here takes seconds
@@ -47,7 +48,7 @@ def beyond_max(name: str) -> Callable[[Any], str]:
     def set_bad(p) -> str:
         (top,) = [f["max"] for f in p.experiment.config.describe() if f["name"] == name]
         ctl = p.controls[name]
-        ctl.max = top + 1
+        set_max(ctl, top + 1)
         ctl.value = top + 1
         return f"{name}={top + 1} is out of range"
 
