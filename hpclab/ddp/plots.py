@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpclab.display import DOUBLING, figure, plural, run_label
+from hpclab.axes import DOUBLING
+from hpclab.display import figure, plural, run_label
 from hpclab.results import Result, load_reference
 
 # Guan 2019's tables, each as one curve: (reference name, filter, short label, label)

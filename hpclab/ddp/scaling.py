@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hpclab.axes import DOUBLING
 from hpclab.config import Config, ConfigError, param
 from hpclab.ddp.cost_model import LINKS, WORKLOADS, Workload, predict
 from hpclab.ddp.plots import add_both_panels, reference_scaling
-from hpclab.display import DOUBLING, figure
+from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 

@@ -31,9 +31,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hpclab.axes import DOUBLING
 from hpclab.config import Config, param
 from hpclab.ddp.cost_model import DEFAULT_LINK_EFFICIENCY, LINKS, _slowest, ring_allreduce_s
-from hpclab.display import DOUBLING, figure
+from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 

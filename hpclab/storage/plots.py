@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from hpclab.display import figure, plural, split_runs, tick_label
+from hpclab.axes import tick_label
+from hpclab.display import figure, plural, split_runs
 from hpclab.results import Result
 
 
