@@ -131,3 +131,17 @@ def test_chapter_00_says_how_to_revive_a_panel_after_a_restart():
     text = " ".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
     text = " ".join(text.split())
     assert "model not found" in text and "re-run the cell to get a live panel" in text
+
+
+def test_training_runs_with_other_step_counts_are_their_own_lines(monkeypatch):
+    monkeypatch.setenv("HPCLAB_QUICK", "1")
+    p = panel("train-throughput", fields=("batch_size", "steps"), accumulate=True, run_now=False,
+              fixed={"references": False, "threads": (1,), "model": "tiny"})  # fmt: skip
+    p.controls["batch_size"].value = "4,8"
+    for steps in (2, 3):
+        p.controls["steps"].value = steps
+        p.start(wait=True)
+        assert "done" in p.status.value, p.last_error
+    assert p.figure.layout.title.text.startswith("Training throughput")
+    left = {t.name: list(t.x) for t in p.figure.data if t.xaxis == "x"}
+    assert left == {"cpu, 1 thread (steps 2)": [4, 8], "cpu, 1 thread (steps 3)": [4, 8]}
