@@ -16,6 +16,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from hpclab.axes import readable_log_axes
+
 # Colours of series every chapter names; other names get the next free colour on first sight
 # and keep it for the life of the kernel (adding a run never recolours the earlier ones).
 PALETTE = (
@@ -183,6 +185,33 @@ def apply_series_colors(fig: Any) -> Any:
     return fig
 
 
+def run_label(record: dict[str, Any], shown: tuple[str, ...] = ()) -> str:
+    """What set this record's run apart from the other runs a panel accumulated (its ``run``
+    settings, as :class:`~hpclab.widgets.panel.ExperimentPanel` marks them), leaving out the
+    settings the plot already shows (``shown``: in the series name or on the x axis)."""
+    parts = []
+    for k, v in (record.get("run") or {}).items():
+        if k not in shown:
+            value = ",".join(str(x) for x in v) if isinstance(v, (list, tuple)) else v
+            parts.append(f"{k.replace('_', ' ')} {value}")
+    return ", ".join(parts)
+
+
+def split_runs(
+    series: dict[str, list[dict[str, Any]]], shown: tuple[str, ...] = ()
+) -> dict[str, list[dict[str, Any]]]:
+    """``series`` (rows by series name) with each series that holds rows of several accumulated
+    runs split into one series per run, named ``"name (batch size 64)"``: two runs never share a
+    line or a legend entry."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name, rows in series.items():
+        labels = {run_label(r, shown) for r in rows}
+        for r in rows:
+            label = run_label(r, shown)
+            out.setdefault(f"{name} ({label})" if len(labels) > 1 else name, []).append(r)
+    return out
+
+
 def load_note(result: Any) -> str:
     """The sentence that says a live result was measured while others held our cores (none for
     a result that only evaluates a model or shows references)."""
@@ -196,63 +225,6 @@ def load_note(result: Any) -> str:
     fields = {k: share[k] for k in ("cores", "wall_s", "own_cores", "others_cores")}
     fields["waited_cores"] = share.get("waited_cores")
     return CpuShare(**fields).sentence()
-
-
-def tick_label(v: float) -> str:
-    """A log axis's tick: ``0.01``, ``5``, ``200``, ``10k``, ``2M`` (never a bare exponent)."""
-    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(v) >= 10 * scale if suffix == "k" else abs(v) >= scale:
-            return f"{v / scale:g}{suffix}"
-    return f"{v:g}"
-
-
-def log_ticks(lo: float, hi: float) -> list[float]:
-    """Tick values for a log axis over ``[lo, hi]``: 1, 2, 5 per decade over up to two decades,
-    powers of ten (every other one past eight decades) over more."""
-    decades = math.log10(hi / lo)
-    k0, k1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
-    mantissas = (1, 2, 5) if decades <= 2 else (1,)
-    step = 2 if decades > 8 else 1
-    ticks = [m * 10.0**k for k in range(k0, k1 + 1, step) for m in mantissas]
-    first = max([t for t in ticks if t <= lo] or ticks[:1])  # one tick at or past each end
-    last = min([t for t in ticks if t >= hi] or ticks[-1:])
-    return [t for t in ticks if first <= t <= last]
-
-
-def _axis_data(fig: Any, axis: str) -> list[float]:
-    """The positive numbers that traces draw on layout axis ``axis`` (``"xaxis2"``...)."""
-    letter, ref = axis[0], axis[0] + axis[5:]  # "xaxis2" -> "x", "x2"
-    out: list[float] = []
-    for trace in fig.data:
-        if (getattr(trace, f"{letter}axis", None) or letter) != ref:
-            continue
-        values = list(getattr(trace, letter, None) or ())
-        base = getattr(trace, "base", None)
-        if base is not None and getattr(trace, "orientation", None) == (
-            "h" if letter == "x" else "v"
-        ):
-            bases = list(base) if isinstance(base, (list, tuple)) else [base] * len(values)
-            values += [b + v for b, v in zip(bases, values, strict=False)]
-        out += [float(v) for v in values if isinstance(v, (int, float)) and v > 0]
-    return out
-
-
-def readable_log_axes(fig: Any) -> Any:
-    """Log axes the plot left to plotly get ticks with whole values (``1``, ``2``, ``5``, ``10``,
-    ``20``... or ``1k``, ``10k``...), not plotly's lone ``2`` and ``5`` between powers of ten."""
-    for axis, spec in fig.layout.to_plotly_json().items():
-        if not axis[1:].startswith("axis") or spec.get("type") != "log":
-            continue
-        if any(k in spec for k in ("dtick", "tickvals", "tickmode")):
-            continue
-        data = _axis_data(fig, axis)
-        if not data:
-            continue
-        vals = log_ticks(min(data), max(data))
-        fig.layout[axis].update(
-            tickmode="array", tickvals=vals, ticktext=[tick_label(v) for v in vals]
-        )
-    return fig
 
 
 def readable_layout(fig: Any) -> Any:

@@ -92,7 +92,7 @@ def test_a_share_never_exceeds_the_cores(monkeypatch):
 
 
 def test_one_series_one_colour_in_every_subplot_and_whole_log_ticks():
-    from hpclab.display import tick_label
+    from hpclab.axes import tick_label
     from hpclab.parallel.strategies import plot_strategy_model
 
     fig = plot_strategy_model(experiments.run("strategy-model"))
@@ -111,7 +111,7 @@ def test_one_series_one_colour_in_every_subplot_and_whole_log_ticks():
 
 
 def test_log_ticks_read_as_numbers():
-    from hpclab.display import log_ticks, tick_label
+    from hpclab.axes import log_ticks, tick_label
 
     assert log_ticks(16, 1024) == [10, 20, 50, 100, 200, 500, 1000, 2000]
     assert log_ticks(1, 1e6) == [1, 10, 100, 1e3, 1e4, 1e5, 1e6]

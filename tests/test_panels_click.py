@@ -20,6 +20,7 @@ import pytest
 pytest.importorskip("ipywidgets")
 
 from hpclab.widgets import panel  # noqa: E402
+from hpclab.widgets.controls import set_max  # noqa: E402
 from hpclab.widgets.scaling_explorer import dp_by_hand_panel, scaling_explorer  # noqa: E402
 
 JOIN_S = 300  # generous: a loaded 2-core machine; a healthy run here takes seconds
@@ -47,9 +48,21 @@ def beyond_max(name: str) -> Callable[[Any], str]:
     def set_bad(p) -> str:
         (top,) = [f["max"] for f in p.experiment.config.describe() if f["name"] == name]
         ctl = p.controls[name]
-        ctl.max = top + 1
+        set_max(ctl, top + 1)
         ctl.value = top + 1
         return f"{name}={top + 1} is out of range"
+
+    return set_bad
+
+
+def offered(name: str, value: Any, expected: str) -> Callable[[Any], str]:
+    """An invalid value for a dropdown that offers only valid ones: the option added back."""
+
+    def set_bad(p) -> str:
+        ctl = p.controls[name]
+        ctl.options = [*ctl.options, (str(value), value)]
+        ctl.value = value
+        return expected
 
     return set_bad
 
@@ -155,7 +168,7 @@ CASES = {
     "hardware": Case(
         lambda: panel("hardware", fields=("cores", "probe_size"), live=True, run_now=False),
         "cores", (4, 1, 8, 2), shows_hardware,
-        setting(probe_size=1), cheap={"probe_size": 0},
+        offered("probe_size", 8, "probe_size=8 is too small"), cheap={"probe_size": 0},
     ),
     "gemm": Case(
         lambda: panel("gemm", fields=("size", "dtype", "threads", "device"),

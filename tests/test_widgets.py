@@ -101,8 +101,11 @@ def test_a_disturbed_run_says_so_in_the_status_and_on_the_plot(monkeypatch):
     monkeypatch.setattr(cpu_share, "MIN_WALL_S", 0.0)
     # A live probe: a run that only evaluates the model (probe_size 0) carries no load note.
     p = panel("hardware", fields=("cores",), fixed={"probe_size": 16})
-    assert "these numbers are low" in p.status.value
-    assert "these numbers are low" in p.figure.layout.title.text
+    title = p.figure.layout.title.text
+    assert title.startswith("Theoretical peak") and "these numbers are low" in title
+    # the status warns and points at the plot's note instead of repeating it
+    assert "see the note under the plot" in p.status.value
+    assert "these numbers are low" not in p.status.value
 
 
 def test_cancel_leaves_the_panel_usable(monkeypatch):

@@ -16,7 +16,7 @@ from typing import Any
 
 from hpclab.compute import device as dev
 from hpclab.config import Config, ConfigError, param
-from hpclab.display import figure, plural, series_color
+from hpclab.display import figure, plural, run_label, series_color, split_runs
 from hpclab.progress import Progress
 from hpclab.results import Result, load_reference, make_result
 
@@ -223,6 +223,7 @@ def plot_gemm(result: Result):
     series: dict[str, list[dict[str, Any]]] = {}
     for r in live:
         series.setdefault(_series_name(r), []).append(r)
+    series = split_runs(series, shown=("dtype", "threads", "device"))
     for _i, (name, rows) in enumerate(series.items()):
         rows = sorted(rows, key=lambda r: r["size"])
         color = series_color(name)
@@ -254,6 +255,8 @@ def plot_gemm(result: Result):
         if r.get("peak_fraction") is None or r["kind"] not in ("square", "max_achievable"):
             continue
         label = _series_name(r) if r.get("tier") == "live" else f"{r['device']} {r['dtype']} (ref)"
+        run = run_label(r, shown=("dtype", "threads", "device")) if r.get("tier") == "live" else ""
+        label = f"{label} ({run})" if run else label
         if label not in bars or r["peak_fraction"] > bars[label]["peak_fraction"]:
             bars[label] = r
     fig.add_bar(  # horizontal: long series names stay readable
@@ -270,5 +273,5 @@ def plot_gemm(result: Result):
     fig.update_yaxes(title_text="GFLOP/s", type="log", row=1, col=1)
     fig.update_xaxes(title_text="% of theoretical peak", range=[0, 105], row=1, col=2)
     fig.update_yaxes(automargin=True, row=1, col=2)
-    fig.update_layout(height=440, legend={"orientation": "h", "y": -0.25})
+    fig.update_layout(title="GEMM throughput", height=440, legend={"orientation": "h", "y": -0.25})
     return fig

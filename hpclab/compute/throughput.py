@@ -20,7 +20,7 @@ import torch
 
 from hpclab.compute import device as dev
 from hpclab.config import Config, ConfigError, param
-from hpclab.display import figure, plural
+from hpclab.display import figure, plural, split_runs
 from hpclab.progress import Progress
 from hpclab.results import Result, load_reference, make_result
 from hpclab.train import MODELS
@@ -167,12 +167,14 @@ def plot_throughput(result: Result):
         cols=2,
         subplot_titles=("training throughput (live)", "speed-up over 1 thread: ours vs Guan 2019"),
     )
-    live = [r for r in result.records if r.get("tier") == "live"]
-    for key in dict.fromkeys((r["device"], r["threads"]) for r in live):
-        rows = sorted(
-            (r for r in live if (r["device"], r["threads"]) == key), key=lambda r: r["batch_size"]
-        )
-        name = key[0] + (", " + plural(key[1], "thread") if key[1] else "")
+    series: dict[str, list[dict]] = {}
+    for r in result.records:
+        if r.get("tier") == "live":
+            name = r["device"] + (", " + plural(r["threads"], "thread") if r["threads"] else "")
+            series.setdefault(name, []).append(r)
+    # runs a panel accumulated with another model or step count: a line each, named by it
+    for name, rows in split_runs(series, shown=("device", "threads", "batch_size")).items():
+        rows = sorted(rows, key=lambda r: r["batch_size"])
         fig.add_scatter(
             x=[r["batch_size"] for r in rows],
             y=[r["samples_per_s"] for r in rows],
@@ -198,5 +200,7 @@ def plot_throughput(result: Result):
     fig.update_yaxes(type="log", title_text="samples / s", row=1, col=1)
     fig.update_xaxes(type="log", title_text="CPU threads", row=1, col=2)
     fig.update_yaxes(title_text="x one thread", row=1, col=2)
-    fig.update_layout(height=440, legend={"orientation": "h", "y": -0.25})
+    fig.update_layout(
+        title="Training throughput", height=440, legend={"orientation": "h", "y": -0.25}
+    )
     return fig

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpclab.display import figure, plural
+from hpclab.axes import DOUBLING
+from hpclab.display import figure, plural, run_label
 from hpclab.results import Result, load_reference
 
 # Guan 2019's tables, each as one curve: (reference name, filter, short label, label)
@@ -106,10 +107,13 @@ def plot_ddp(result: Result):
         if r.get("tier") in ("live", "model"):
             # the one GPU rank beside CPU ranks (ddp_experiment.one_gpu_beside) is its own series
             key = (r["tier"], r["model"], r["scaling"], r["device"] if r.get("role") else "")
-            groups.setdefault(key, []).append(r)
-    for (tier, model, scaling, gpu), rows in sorted(groups.items()):
+            # runs a panel accumulated with other settings (a batch size) are their own series
+            run = run_label(r, shown=("ranks", "model", "scaling"))
+            groups.setdefault((*key, run), []).append(r)
+    for (tier, model, scaling, gpu, run), rows in sorted(groups.items()):
         rows = sorted(rows, key=lambda r: r["ranks"])
-        name = f"{model}, {scaling} ({tier}{', one GPU rank on ' + gpu if gpu else ''})"
+        name = f"{model}, {scaling}{', ' + run if run else ''}"
+        name += f" ({tier}{', one GPU rank on ' + gpu if gpu else ''})"
         marker = {"size": 10, "symbol": "circle" if tier == "live" else "circle-open"}
         x = [r["ranks"] for r in rows]
         add_both_panels(
@@ -123,7 +127,7 @@ def plot_ddp(result: Result):
         )
     add_guan2019(fig, row=1, col=2)
     fig.add_hline(y=1.0, line={"color": "gray", "width": 1}, row=1, col=2)
-    fig.update_xaxes(type="log", dtick=0.30103, title="ranks / GPUs")
+    fig.update_xaxes(type="log", dtick=DOUBLING, title="ranks / GPUs")
     fig.update_yaxes(type="log", row=1, col=1)
     fig.update_yaxes(range=[0, 1.3], row=1, col=2)
     fig.update_layout(

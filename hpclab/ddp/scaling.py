@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hpclab.axes import DOUBLING
 from hpclab.config import Config, ConfigError, param
 from hpclab.ddp.cost_model import LINKS, WORKLOADS, Workload, predict
 from hpclab.ddp.plots import add_both_panels, reference_scaling
@@ -128,7 +129,7 @@ def plot_scaling_model(result: Result):
             legendgroup=tier,
             **style,
         )
-    fig.update_xaxes(type="log", dtick=0.30103, title="GPUs")
+    fig.update_xaxes(type="log", dtick=DOUBLING, title="GPUs")
     fig.update_yaxes(type="log", row=1, col=1)
     fig.update_yaxes(range=[0, 1.1], row=1, col=2)
     fig.update_layout(title=f"Scaling model: {result.config.get('workload')}", height=420)

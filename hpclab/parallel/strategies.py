@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hpclab.axes import DOUBLING
 from hpclab.config import Config, param
 from hpclab.ddp.cost_model import DEFAULT_LINK_EFFICIENCY, LINKS, _slowest, ring_allreduce_s
 from hpclab.display import figure
@@ -155,7 +156,7 @@ def plot_strategy_model(result: Result):
         x=gpus, y=[cfg["gpu_memory_gb"]] * len(gpus), mode="lines", row=1, col=2,
         line={"dash": "dash", "color": "gray"}, name=f"{cfg['gpu_memory_gb']:g} GB per GPU",
     )  # fmt: skip
-    fig.update_xaxes(type="log", dtick=0.30103, title="GPUs")
+    fig.update_xaxes(type="log", dtick=DOUBLING, title="GPUs")
     fig.update_yaxes(type="log")
     params = result.records[0]["params"] if result.records else 0
     fig.update_layout(

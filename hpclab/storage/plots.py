@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from hpclab.display import figure, plural
+from hpclab.axes import tick_label
+from hpclab.display import figure, plural, split_runs
 from hpclab.results import Result
 
 
@@ -25,29 +26,33 @@ def plot_pack(result: Result):
 
 @figure
 def plot_read(result: Result):
-    """Samples/s per format, one group per (cache, order), log scale."""
+    """Samples/s per format, one group per (cache, order), bars from zero on a linear axis
+    (each bar says its value: a slow format stays readable beside a fast one)."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    rows = result.records
+    groups: dict[str, list[dict]] = {}
     for cache in ("warm", "cold"):
         for order in ("random", "sequential"):
-            sel = [r for r in rows if r["cache"] == cache and r["order"] == order]
+            sel = [r for r in result.records if r["cache"] == cache and r["order"] == order]
             if sel:
-                fig.add_bar(
-                    x=[r["format"] for r in sel],
-                    y=[r["samples_per_s"] for r in sel],
-                    name=f"{cache}, {order}",
-                    hovertext=[
-                        f"{r['mb_per_s']:.0f} MB/s, cached before: {r['resident_before']:.0%}"
-                        for r in sel
-                    ],
-                )
+                groups[f"{cache}, {order}"] = sel
+    for name, sel in split_runs(groups, shown=("format", "cache", "order")).items():
+        fig.add_bar(
+            x=[r["format"] for r in sel],
+            y=[r["samples_per_s"] for r in sel],
+            name=name,
+            text=[tick_label(float(f"{r['samples_per_s']:.3g}")) for r in sel],
+            textposition="outside",
+            hovertext=[
+                f"{r['mb_per_s']:.0f} MB/s, cached before: {r['resident_before']:.0%}" for r in sel
+            ],
+        )
     fig.update_layout(
         title="Reading one sample at a time (live)",
         barmode="group",
         height=420,
-        yaxis={"type": "log", "title": "samples/s"},
+        yaxis={"type": "linear", "rangemode": "tozero", "title": "samples/s"},
         xaxis={"title": "format"},
     )
     return fig

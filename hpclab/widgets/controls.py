@@ -4,7 +4,9 @@
 - a field whose help says ``(0 = something)`` -> an explicit **auto** choice, never a slider
   whose 0 secretly means "default": counts (cores, threads) become a dropdown ``auto (...), 1, 2,
   4, ...``; rates (a learning rate) become an "auto" checkbox beside a log slider;
-- a float range spanning three decades or more (or ``log=True``) -> a log slider;
+- a range spanning three decades or more (or ``log=True``) -> a log slider (counts read back as
+  integers);
+- a panel offers only the dropdown choices its config accepts (:mod:`hpclab.widgets.panel`);
 - tuples -> comma-separated text (``auto`` accepted where 0 means it).
 
 Every control carries the CSS class :data:`CONTROL_CLASS` and ``continuous_update=False``.
@@ -83,6 +85,17 @@ class AutoRate:
         return self.widget._dom_classes
 
 
+def _log_range(field: dict[str, Any]) -> bool:
+    """A positive range over three decades or more (or ``log=True``): a log slider's."""
+    lo, hi = field["min"], field["max"]
+    return lo is not None and hi is not None and lo > 0 and (field.get("log") or hi / lo >= 1e3)
+
+
+def set_max(ctl: Any, top: float) -> None:
+    """Cap a slider at ``top`` (a log slider's bounds are exponents)."""
+    ctl.max = math.log(top, ctl.base) if hasattr(ctl, "base") else top
+
+
 def make_control(field: dict[str, Any], value: Any) -> Any:
     """The control for one config field, showing ``value``."""
     import ipywidgets as w
@@ -106,10 +119,16 @@ def make_control(field: dict[str, Any], value: Any) -> Any:
         ctl = w.Dropdown(options=options, value=value, **common)
     elif isinstance(value, float) and auto and hi is not None:
         ctl = AutoRate(field, value, label, auto)
+    elif isinstance(value, int) and _log_range(field):
+        # counts over three decades (samples 10..2M): a log slider, read back as an int
+        ctl = w.FloatLogSlider(
+            value=value, base=10, min=math.log10(lo), max=math.log10(hi), step=0.05,
+            readout_format=".3s", continuous_update=False, **common,
+        )  # fmt: skip
     elif isinstance(value, int) and lo is not None and hi is not None:
         ctl = w.IntSlider(value=value, min=int(lo), max=int(hi), continuous_update=False, **common)
     elif isinstance(value, float) and lo is not None and hi is not None:
-        if lo > 0 and (field.get("log") or hi / lo >= 1e3):
+        if _log_range(field):
             ctl = w.FloatLogSlider(
                 value=value, base=10, min=math.log10(lo), max=math.log10(hi), step=0.1,
                 readout_format=".2g", continuous_update=False, **common,
@@ -138,6 +157,8 @@ def read_control(ctl: Any, default: Any, lo: float | None = None, hi: float | No
     """The control's value as the config field wants it (tuples parsed from text; ``lo``/``hi``:
     the field's range, which gives an empty default's item type)."""
     value = ctl.value
+    if isinstance(default, int) and not isinstance(default, bool) and isinstance(value, float):
+        return round(value)  # a log slider over counts
     if isinstance(default, tuple) and isinstance(value, str):
         elem = element_type(default, lo, hi)
         try:

@@ -59,6 +59,11 @@ class ExperimentPanel:
         if unknown:
             raise ConfigError(f"unknown field {unknown[0]!r}; known: {', '.join(described)}")
         self.controls = {n: make_control(described[n], getattr(base, n)) for n in names}
+        for n, ctl in self.controls.items():
+            if isinstance(getattr(ctl, "options", None), tuple):
+                value = ctl.value  # new options would reset it to the first one
+                ctl.options = [o for o in ctl.options if self._accepts(n, o)]
+                ctl.value = value
         self._defaults = {n: described[n]["default"] for n in names}
         self._ranges = {n: (described[n]["min"], described[n]["max"]) for n in names}
 
@@ -115,6 +120,17 @@ class ExperimentPanel:
             values[name] = read_control(ctl, self._defaults[name], *self._ranges[name])
         return self.experiment.config.create(**values)
 
+    def _accepts(self, name: str, option: Any) -> bool:
+        """Does the config take ``option`` for ``name`` (the other settings as the panel starts)?
+        A dropdown offers no value its config refuses: hardware's probe sizes below 16, the
+        what-if's ``custom`` workload beside its hidden ``scaling=preset``."""
+        value = option[1] if isinstance(option, tuple) else option
+        try:
+            self.experiment.config.create(**{**self.fixed, name: value})
+        except ConfigError:
+            return False
+        return True
+
     # --- glue -------------------------------------------------------------------------------
     def start(self, wait: bool = False) -> None:
         """Validate the controls and run in the background (``wait`` blocks, for notebooks)."""
@@ -132,7 +148,7 @@ class ExperimentPanel:
         kept.pop(key, None)
         kept[key] = result
         runs = list(kept.values())
-        records = [r for run in runs for r in run.records]
+        records = _marked(runs)
         combined = Result(result.experiment, result.config, result.env, records)
         fig = self.plot(combined) if self.plot is not None else None
         with self.runner.current(progress):  # a cancelled or replaced run shows nothing
@@ -143,12 +159,30 @@ class ExperimentPanel:
         if self.accumulate:
             line += f" ({plural(len(runs), 'run')} shown)"
         note = load_note(result)
+        if note and fig is not None:  # the figure says it under its title: the status points there
+            note = "other processes took cores meanwhile: see the note under the plot's title"
         return f"{line}\n{note}" if note else line
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
         display(self.widget)
+
+
+def _marked(runs: list[Result]) -> list[dict[str, Any]]:
+    """The records of accumulated ``runs``, each (a copy) carrying ``run``: the settings that
+    differ between the runs, so a plot can give each run its own labelled series
+    (:func:`hpclab.display.split_runs`)."""
+    seen: dict[str, set[str]] = {}
+    for run in runs:
+        for k, v in run.config.items():
+            seen.setdefault(k, set()).add(json.dumps(v, sort_keys=True, default=str))
+    differ = [k for k, values in seen.items() if len(values) > 1]
+    if not differ:
+        return [r for run in runs for r in run.records]
+    return [
+        {**r, "run": {k: run.config.get(k) for k in differ}} for run in runs for r in run.records
+    ]
 
 
 def panel(experiment: str, **kwargs: Any) -> ExperimentPanel:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hpclab.widgets.controls import set_max
 from hpclab.widgets.panel import ExperimentPanel, panel
 
 
@@ -26,7 +27,7 @@ def ranks_panel(
     (top,) = [f["max"] for f in view.experiment.config.describe() if f["name"] == "ranks"]
     # a 128-core node would otherwise offer ranks the config refuses
     view.controls["ranks"].max = min(top, max(2, gpu_count(), usable_cores()))
-    view.controls["batch_size"].max = batch_max
+    set_max(view.controls["batch_size"], batch_max)
     return view
 
 
