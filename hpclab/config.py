@@ -106,7 +106,8 @@ def _check_value(name: str, value: Any, meta: dict) -> None:
 
 
 def _coerce(name: str, value: Any, default: Any) -> Any:
-    """Coerce a value to the type of the field's default (ints from floats, tuples from lists)."""
+    """Coerce a value to the type of the field's default (ints from floats, tuples from lists,
+    a single value to a tuple of one)."""
     if isinstance(default, bool):
         if not isinstance(value, bool):
             raise ConfigError(f"{name}={value!r} must be true or false")
@@ -121,8 +122,13 @@ def _coerce(name: str, value: Any, default: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{name}={value!r} must be a number")
         return float(value)
-    if isinstance(default, tuple) and isinstance(value, list):
-        return tuple(value)
+    if isinstance(default, tuple):
+        if isinstance(value, list):
+            return tuple(value)
+        if not isinstance(value, tuple):
+            # one value for a list field is a list of one: cache="warm" means ("warm",), never the
+            # characters of "warm" that iterating a string would give
+            return (value,)
     return value
 
 

@@ -72,3 +72,12 @@ def test_describe_drives_cli_and_widgets():
     assert rows["size"]["allowed"] == "1..4096"
     assert rows["dtype"]["choices"] == ("fp32", "fp64")
     assert rows["flag"]["type"] == "bool"
+
+
+def test_one_value_for_a_list_field_is_a_list_of_one():
+    from hpclab.storage.read_experiment import ReadConfig
+
+    cfg = ReadConfig.create(cache="warm")
+    assert cfg.cache == ("warm",)
+    with pytest.raises(ConfigError, match="cache"):
+        ReadConfig.create(cache="tepid")
