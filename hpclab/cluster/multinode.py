@@ -2,7 +2,7 @@
 
 The job asks for ``nodes`` nodes with one task each; ``srun`` starts one ``torchrun`` per node
 (``--nnodes N --nproc-per-node R``), the torchrun launchers meet (c10d rendezvous), and every
-rank runs :func:`hpclab.ddp.worker.ddp_worker` (the same function chapter 06 launches on one
+rank runs :func:`hpclab.train.ddp_worker` (the same function chapter 06 launches on one
 machine) through :func:`hpclab.dist.torchrun.torchrun_context`. Rank 0 writes its timings and
 final weights into the job directory.
 
@@ -46,9 +46,9 @@ from hpclab.cluster import local
 from hpclab.cluster.runner import python, require_cluster, submit
 from hpclab.cluster.spec import JobSpec
 from hpclab.config import Config, param
-from hpclab.ddp.worker import TrainSpec, ddp_worker
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
+from hpclab.train import TrainSpec, ddp_worker, run_spec
 
 
 @dataclass(frozen=True)
@@ -63,13 +63,13 @@ class MultinodeConfig(Config):
 
 
 def train_spec(config: MultinodeConfig) -> TrainSpec:
-    return TrainSpec(
+    return TrainSpec.sized(
+        config.nodes * config.ranks_per_node,
         model=config.model,
         per_rank_batch=config.per_rank_batch,
         steps=config.steps,
         warmup=2,
         seed=config.seed,
-        samples=max(1024, 4 * config.per_rank_batch * config.nodes * config.ranks_per_node),
         measure_compute=False,
         measure_allreduce=False,
         return_params=True,
@@ -145,8 +145,6 @@ def run_layout(cluster, site, spec: TrainSpec, nodes: int, rpn: int, progress: P
 
 
 def run_multinode(config: MultinodeConfig, progress: Progress) -> Result:
-    from hpclab.dist import launch
-
     cluster = require_cluster()
     site = local.site_profile(cluster)
     spec = train_spec(config)
@@ -156,9 +154,7 @@ def run_multinode(config: MultinodeConfig, progress: Progress) -> Result:
         layouts.append((1, world))
     total = len(layouts) + 1
     progress.update(0, total, "one process with the combined batch")
-    serial = launch(
-        ddp_worker, 1, args=(replace(spec, per_rank_batch=spec.per_rank_batch * world),)
-    )
+    serial = run_spec(replace(spec, per_rank_batch=spec.per_rank_batch * world), 1)
     ref = serial[0]["flat_params"]
     records = []
     for i, (n, r) in enumerate(layouts, start=1):

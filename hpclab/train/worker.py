@@ -1,4 +1,4 @@
-"""What each rank of a data-parallel run does (chapter 06, "Multi-GPU data parallel").
+"""What each rank of a data-parallel run does (chapters 06 to 08: the course's one rank-side worker).
 
 One worker, :func:`ddp_worker`, serves three purposes with one code path:
 
@@ -17,7 +17,8 @@ One worker, :func:`ddp_worker`, serves three purposes with one code path:
 The knobs chapter 08 tunes are fields of :class:`TrainSpec` too: DataLoader ``loader_workers``
 (chapter 04), ``dtype`` (bf16 under autocast) and ``memory_format`` (channels-last weights).
 
-The step itself is :func:`hpclab.train.train_step`, the same one every chapter uses.
+The step itself is :func:`hpclab.train.train_step`, the same one every chapter uses; the spec
+is :class:`hpclab.train.TrainSpec`, and :func:`hpclab.train.run_spec` launches it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import contextlib
 import copy
 import os
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -35,31 +35,16 @@ from torch import nn
 from hpclab.dist import RankContext
 from hpclab.measure.cpu_share import measure_cpu_share
 from hpclab.measure.timing import time_fn
-from hpclab.train import flat_params, make_model, parameter_count, synthetic_images, train_step
+from hpclab.train.spec import TrainSpec
+from hpclab.train.step import (
+    flat_params,
+    make_model,
+    parameter_count,
+    synthetic_images,
+    train_step,
+)
 
 DDP_DEFAULT_MB = 25.0  # torch.nn.parallel.DistributedDataParallel's bucket_cap_mb default
-
-
-@dataclass(frozen=True)
-class TrainSpec:
-    """Everything one rank needs (picklable; travels to forked ranks unchanged)."""
-
-    model: str = "tiny"
-    side: int = 28  # images are 1 x side x side, flattened to side**2 features (MNIST: 28)
-    per_rank_batch: int = 32
-    steps: int = 20  # timed steps
-    warmup: int = 3  # untimed steps first (DDP rebuilds its buckets after step 1)
-    lr: float = 0.05
-    seed: int = 0
-    samples: int = 4096
-    bucket_cap_mb: float = 25.0  # 0 means one bucket per parameter tensor
-    micro_batches: int = 1
-    measure_compute: bool = True
-    measure_allreduce: bool = True
-    return_params: bool = False
-    loader_workers: int = 0  # DataLoader worker processes per rank (0: load in the rank)
-    dtype: str = "fp32"  # "bf16": forward and backward under bf16 autocast (weights stay fp32)
-    memory_format: str = "contiguous"  # "channels_last": convolution weights channels-last
 
 
 def dataset(spec: TrainSpec) -> torch.utils.data.TensorDataset:
@@ -188,7 +173,7 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
         "loss_first": losses[0],
         "loss_last": losses[-1],
         "params": parameter_count(model),
-        "buckets": _bucket_count(net),
+        "buckets": bucket_count(net),
     }
     out["params_max_diff"] = replica_divergence(ctx, net)
     if spec.return_params:
@@ -220,7 +205,7 @@ def _autocast(device: str, dtype: str) -> contextlib.AbstractContextManager:
     return torch.autocast(device.split(":")[0], dtype=torch.bfloat16)
 
 
-def _bucket_count(net: nn.Module) -> int:
+def bucket_count(net: nn.Module) -> int:
     """Gradient buckets DDP all-reduced per step (after its rebuild at step 1); 0 without DDP."""
     getter = getattr(net, "_get_ddp_logging_data", None)
     if getter is None:

@@ -169,8 +169,13 @@ def train_step(
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy,
     micro_batches: int = 1,
     lock: contextlib.AbstractContextManager | None = None,
+    after_backward: Callable[[nn.Module], None] | None = None,
 ) -> float:
     """One SGD step: forward, loss, backward, update. Returns the loss (a float: syncs device).
+
+    ``after_backward(model)`` runs once the batch's gradients are in ``.grad`` and before the
+    update: where hand-written data parallelism averages them over the ranks (chapter 06
+    part 2's exercises), instead of spelling the step out again.
 
     ``lock`` (e.g. a ``multiprocessing.Lock``) is held around the update only: the naive,
     locked variant of chapter 05's Hogwild; without it, processes sharing the weights write
@@ -187,6 +192,8 @@ def train_step(
         total = forward_backward(model, x, y, loss_fn)
     else:
         total = _accumulate(model, x, y, loss_fn, micro_batches)
+    if after_backward is not None:
+        after_backward(model)
     if lock is None:
         optimizer.step()
     else:
