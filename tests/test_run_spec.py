@@ -120,3 +120,19 @@ def test_no_module_outside_ddp_takes_the_engine_from_ddp_and_preload_stays_in_th
         ]  # fmt: skip
         assert not calls, f"{rel} calls preload(): launch through hpclab.train.run_spec instead"
     assert not (ROOT / "hpclab" / "ddp" / "worker.py").exists()
+
+
+def test_the_registry_builds_the_deep_model_at_any_depth_and_width():
+    from hpclab.train import make_model
+
+    net = make_model("deep", 256, 10, depth=4, width=32)
+    linears = [m for m in net if isinstance(m, torch.nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linears] == [
+        (256, 32),
+        (32, 32),
+        (32, 32),
+        (32, 10),
+    ]
+    assert str(make_model("deep", 64)) == str(make_model("deep", 64, depth=24, width=256))
+    with pytest.raises(ValueError, match="model='tiny' has a fixed shape; depth and width apply"):
+        make_model("tiny", 64, depth=3)

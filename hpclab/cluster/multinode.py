@@ -39,6 +39,7 @@ import json
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -126,7 +127,9 @@ def job_spec(nodes: int, ranks_per_node: int, cores_per_node: int) -> JobSpec:
     )
 
 
-def run_layout(cluster, site, spec: TrainSpec, nodes: int, rpn: int, progress: Progress) -> dict:
+def run_layout(
+    cluster, site, spec: TrainSpec, nodes: int, rpn: int, progress: Progress, timeout_s: float = 300
+) -> dict:
     """One training job with ``nodes`` x ``rpn`` ranks; rank 0's output and weights."""
     from hpclab.cluster.runner import new_workdir
 
@@ -137,11 +140,41 @@ def run_layout(cluster, site, spec: TrainSpec, nodes: int, rpn: int, progress: P
     job = submit(
         cluster, site, job_spec(nodes, rpn, site.partition(None).cpus_per_node), cmds, workdir=work
     )
-    state = job.result(timeout_s=300, progress=progress)
+    state = job.result(timeout_s=timeout_s, progress=progress)
     out = json.loads((work / "rank0.json").read_text())
     out["flat_params"] = torch.load(work / "params.pt")
     out["job_id"], out["restarts"] = job.job_id, state.restarts
     return out
+
+
+@dataclass(frozen=True)
+class Torchrun:
+    """A launch strategy for :func:`hpclab.train.run_spec`: one Slurm job of ``nodes`` nodes,
+    ``srun`` one torchrun per node with ``ranks_per_node`` ranks. Each rank runs
+    :func:`hpclab.train.ddp_worker` on the spec (sent as JSON); torchrun places the ranks, and
+    only rank 0's result comes back (with its final weights), as a one-item list."""
+
+    cluster: Any
+    site: Any
+    nodes: int
+    ranks_per_node: int
+
+    def __call__(
+        self, worker, ranks, *, args, device, threads, cpus, progress, deadline, timeout_s
+    ) -> list[dict]:
+        if ranks != self.nodes * self.ranks_per_node:
+            raise ValueError(
+                f"ranks={ranks}; allowed: nodes x ranks_per_node = "
+                f"{self.nodes * self.ranks_per_node}"
+            )
+        if worker is not ddp_worker or len(args) != 1 or cpus is not None:
+            raise ValueError("torchrun runs hpclab.train.ddp_worker on one TrainSpec, no cpus=")
+        return [
+            run_layout(
+                self.cluster, self.site, args[0], self.nodes, self.ranks_per_node,
+                progress or Progress(), 300.0 if deadline is None else deadline,
+            )
+        ]  # fmt: skip
 
 
 def run_multinode(config: MultinodeConfig, progress: Progress) -> Result:
@@ -159,7 +192,8 @@ def run_multinode(config: MultinodeConfig, progress: Progress) -> Result:
     records = []
     for i, (n, r) in enumerate(layouts, start=1):
         progress.update(i, total, f"{n} node(s) x {r} ranks")
-        out = run_layout(cluster, site, spec, n, r, progress)
+        job = Torchrun(cluster, site, n, r)
+        (out,) = run_spec(spec, n * r, launch=job, deadline=300.0, progress=progress)
         records.append(
             {
                 "layout": f"{n}x{r}",
