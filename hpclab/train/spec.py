@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from hpclab.train.optim import OPTIMIZERS, SCHEDULES
 from hpclab.train.step import MODELS
 
 MEMORY_FORMATS = ("contiguous", "channels_last")
@@ -41,17 +42,25 @@ class TrainSpec:
     loader_workers: int = 0  # DataLoader worker processes per rank (0: load in the rank)
     dtype: str = "fp32"  # "bf16": forward and backward under bf16 autocast (weights stay fp32)
     memory_format: str = "contiguous"  # "channels_last": convolution weights channels-last
+    optimizer: str = "sgd"  # hpclab.train.optim.OPTIMIZERS: sgd, adam, adamw
+    schedule: str = "constant"  # "warmup-decay": linear warm-up over lr_warmup steps, then decay
+    lr_warmup: int = 0  # steps of the schedule's warm-up (not the untimed ``warmup`` steps)
 
     def __post_init__(self) -> None:
         # dtype is refused in the rank (hpclab.train.worker), not here: a screened candidate
         # with a dtype its rank cannot train must come back as that candidate's failure.
-        for name, allowed in (("model", tuple(MODELS)), ("memory_format", MEMORY_FORMATS)):
+        for name, allowed in (
+            ("model", tuple(MODELS)),
+            ("memory_format", MEMORY_FORMATS),
+            ("optimizer", OPTIMIZERS),
+            ("schedule", SCHEDULES),
+        ):
             if getattr(self, name) not in allowed:
                 raise ValueError(
                     f"{name}={getattr(self, name)!r} is not known; allowed: {', '.join(allowed)}"
                 )
         lows = {"side": 1, "per_rank_batch": 1, "steps": 1, "samples": 1, "micro_batches": 1}
-        for name, low in (lows | {"warmup": 0, "loader_workers": 0}).items():
+        for name, low in (lows | {"warmup": 0, "loader_workers": 0, "lr_warmup": 0}).items():
             value = getattr(self, name)
             if not isinstance(value, int) or value < low:
                 raise ValueError(f"{name}={value!r}; allowed: a whole number >= {low}")

@@ -35,6 +35,7 @@ from torch import nn
 from hpclab.dist import RankContext
 from hpclab.measure.cpu_share import measure_cpu_share
 from hpclab.measure.timing import time_fn
+from hpclab.train.optim import make_optimizer, make_schedule
 from hpclab.train.spec import TrainSpec
 from hpclab.train.step import (
     flat_params,
@@ -134,11 +135,12 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
     if spec.memory_format == "channels_last":
         model = model.to(memory_format=torch.channels_last)
     net = wrap(ctx, model, spec.bucket_cap_mb)
-    opt = torch.optim.SGD(net.parameters(), lr=spec.lr)
+    opt = make_optimizer(spec.optimizer, net.parameters(), spec.lr)
     stream = batches(ctx, spec, data)
     losses: list[float] = []
     first_step_at: list[float] = []
     total = spec.warmup + spec.steps
+    schedule = make_schedule(spec.schedule, opt, max(1, spec.warmup) + spec.steps, spec.lr_warmup)
 
     def step() -> None:
         if not first_step_at:
@@ -146,6 +148,8 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
         x, y = next(stream)
         with _autocast(ctx.device, spec.dtype):
             losses.append(train_step(net, opt, x, y, micro_batches=spec.micro_batches))
+        if schedule is not None:
+            schedule.step()
         ctx.progress(len(losses), total, f"step {len(losses)}/{total}")
 
     # Deterministic call count on every rank (no time limit): collectives must pair up.
@@ -172,6 +176,7 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
         "first_step_at": first_step_at[0],
         "loss_first": losses[0],
         "loss_last": losses[-1],
+        "lr_last": opt.param_groups[0]["lr"],  # the rate after the schedule's last step
         "params": parameter_count(model),
         "buckets": bucket_count(net),
     }
@@ -182,7 +187,7 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
     if spec.measure_compute and ctx.distributed:
         # The same step on a private copy: no DDP hooks, no all-reduce, no waiting for peers.
         local = copy.deepcopy(model)
-        local_opt = torch.optim.SGD(local.parameters(), lr=spec.lr)
+        local_opt = make_optimizer(spec.optimizer, local.parameters(), spec.lr)
 
         def local_step() -> None:
             x, y = next(stream)
