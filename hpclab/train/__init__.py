@@ -9,6 +9,7 @@ It imports only :mod:`hpclab.dist`, :mod:`hpclab.measure`, :mod:`hpclab.progress
 the chapters' packages import it, never the other way round.
 """
 
+from hpclab.train.cost import Checkpointed, flops_per_sample
 from hpclab.train.engine import DEADLINE_S, Launch, local, preload, run_spec
 from hpclab.train.spec import MIN_SAMPLES, TrainSpec, samples_for
 from hpclab.train.step import (
@@ -28,6 +29,7 @@ from hpclab.train.step import (
 from hpclab.train.worker import batches, bucket_count, dataset, ddp_worker, wrap
 
 __all__ = [
+    "Checkpointed",
     "DEADLINE_S",
     "MIN_SAMPLES",
     "MLP_MODELS",
@@ -42,6 +44,7 @@ __all__ = [
     "digits",
     "flat_grad",
     "flat_params",
+    "flops_per_sample",
     "forward_backward",
     "local",
     "make_model",

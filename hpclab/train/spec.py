@@ -45,6 +45,7 @@ class TrainSpec:
     optimizer: str = "sgd"  # hpclab.train.optim.OPTIMIZERS: sgd, adam, adamw
     schedule: str = "constant"  # "warmup-decay": linear warm-up over lr_warmup steps, then decay
     lr_warmup: int = 0  # steps of the schedule's warm-up (not the untimed ``warmup`` steps)
+    checkpoint: bool = False  # recompute activations in backward, a segment per layer
 
     def __post_init__(self) -> None:
         # dtype is refused in the rank (hpclab.train.worker), not here: a screened candidate

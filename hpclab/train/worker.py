@@ -35,6 +35,7 @@ from torch import nn
 from hpclab.dist import RankContext
 from hpclab.measure.cpu_share import measure_cpu_share
 from hpclab.measure.timing import time_fn
+from hpclab.train.cost import Checkpointed, flops_per_sample
 from hpclab.train.optim import make_optimizer, make_schedule
 from hpclab.train.spec import TrainSpec
 from hpclab.train.step import (
@@ -134,6 +135,8 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
     model = make_model(spec.model, spec.side * spec.side, seed=spec.seed).to(ctx.device)
     if spec.memory_format == "channels_last":
         model = model.to(memory_format=torch.channels_last)
+    if spec.checkpoint:
+        model = Checkpointed(model)
     net = wrap(ctx, model, spec.bucket_cap_mb)
     opt = make_optimizer(spec.optimizer, net.parameters(), spec.lr)
     stream = batches(ctx, spec, data)
@@ -178,6 +181,7 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
         "loss_last": losses[-1],
         "lr_last": opt.param_groups[0]["lr"],  # the rate after the schedule's last step
         "params": parameter_count(model),
+        "flops_per_sample": flops_per_sample(model, spec.side * spec.side),
         "buckets": bucket_count(net),
     }
     out["params_max_diff"] = replica_divergence(ctx, net)

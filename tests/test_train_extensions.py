@@ -1,4 +1,5 @@
-"""hpclab.train's extension points: the optimizer and the learning-rate schedule of a spec."""
+"""hpclab.train's extension points: optimizer, learning-rate schedule, activation checkpointing
+and FLOPs per sample, each on one and two ranks where it trains."""
 
 from __future__ import annotations
 
@@ -48,3 +49,41 @@ def test_two_ranks_with_an_optimizer_and_a_schedule_equal_one_rank_with_the_glob
     assert not torch.allclose(one["flat_params"], sgd["flat_params"], atol=1e-3)  # honoured
     assert one["lr_last"] == 0.0 and two[0]["lr_last"] == 0.0  # the decay ran to its end
     assert sgd["lr_last"] == SPEC.lr  # the default keeps a constant rate
+
+
+def _saved_bytes(model, x):
+    total = [0]
+
+    def pack(t):
+        total[0] += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = model(x)  # what forward keeps for backward (backward's recomputation not counted)
+    out.sum().backward()
+    return total[0]
+
+
+def test_checkpointing_keeps_fewer_activations_and_trains_the_same_weights_on_1_and_2_ranks():
+    from hpclab.train import Checkpointed, make_model
+
+    x = torch.randn(64, 256)
+    plain = _saved_bytes(make_model("deep", 256, depth=8, width=128), x)
+    ckpt = _saved_bytes(Checkpointed(make_model("deep", 256, depth=8, width=128)), x)
+    assert ckpt < plain / 2  # only each segment's input is kept in forward
+    spec = replace(SPEC, model="deep", checkpoint=True)
+    for ranks in (1, 2):
+        on = run_spec(spec, ranks, device="cpu", threads=1)
+        off = run_spec(replace(spec, checkpoint=False), ranks, device="cpu", threads=1)
+        assert torch.allclose(on[0]["flat_params"], off[0]["flat_params"], atol=1e-6)
+
+
+def test_flops_per_sample_counts_forward_and_backward():
+    from hpclab.train import flops_per_sample, make_model
+
+    tiny = 2 * (64 * 128 + 128 * 10)  # multiply-adds of the forward pass, 2 operations each
+    # backward: the weight gradients (as many again) and the input gradient of the second
+    # layer only (the first layer's input needs none)
+    assert flops_per_sample(make_model("tiny", 64), 64) == 2 * tiny + 2 * 128 * 10
+    out = run_spec(SPEC, 2, device="cpu", threads=1)
+    assert out[0]["flops_per_sample"] == 2 * (2 * (64 * 128 + 128 * 10)) + 2 * 128 * 10
