@@ -36,8 +36,8 @@ import time
 import torch
 
 from hpclab.ddp.allreduce import algbw_gbps, allreduce_worker, busbw_gbps, inner_calls
-from hpclab.ddp.ddp_experiment import preload
 from hpclab.dist import RankContext, launch
+from hpclab.train import preload
 
 SIZES = (2**20, 16 * 2**20, 64 * 2**20)
 RANKS, REPEAT, ROUNDS = 2, 4, 31

@@ -1,6 +1,6 @@
 """Benchmark: chapter 06's ``ddp`` run on one GPU vs the plain loop, the same work (GPU goal).
 
-Both train the same :class:`hpclab.ddp.worker.TrainSpec` (``hpclab.ddp.ddp_experiment.train_spec``
+Both train the same :class:`hpclab.train.TrainSpec` (``hpclab.ddp.ddp_experiment.train_spec``
 of the run's config): same model ("large"), samples, epochs, batch, warm-up and steps; the same
 host DataLoader with pinned batches copied to the GPU inside each step; the same ``train_step``.
 hpclab times the step with CUDA events (``time_fn``), the plain loop

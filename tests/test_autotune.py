@@ -228,9 +228,8 @@ def test_the_knobs_change_the_speed_not_what_is_learned():
     step (to rounding); bf16 autocast stays close to fp32 (a different dtype, so not equal)."""
     from dataclasses import replace
 
-    from hpclab.ddp.ddp_experiment import preload
-    from hpclab.ddp.worker import TrainSpec, ddp_worker
     from hpclab.dist import launch
+    from hpclab.train import TrainSpec, ddp_worker, preload
 
     preload()  # forked ranks start with torch's lazy imports done
     spec = TrainSpec(model="cnn", side=8, per_rank_batch=16, steps=4, warmup=1, samples=128,

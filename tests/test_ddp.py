@@ -11,9 +11,16 @@ import torch
 
 from hpclab.config import ConfigError
 from hpclab.ddp.ddp_experiment import DDPConfig
-from hpclab.ddp.worker import TrainSpec, batches, ddp_worker, wrap
 from hpclab.dist import RankError, launch
-from hpclab.train import flat_params, make_model, train_step
+from hpclab.train import (
+    TrainSpec,
+    batches,
+    ddp_worker,
+    flat_params,
+    make_model,
+    train_step,
+    wrap,
+)
 
 # 512 samples, 16 per rank on 2 ranks = 16 steps per epoch: 20 steps cross into epoch 2,
 # so a missing set_epoch would change the data order and show up.
@@ -34,7 +41,7 @@ SPEC = TrainSpec(
 @pytest.fixture(autouse=True, scope="module")
 def _warm_parent():
     """Import DDP's lazy dependencies once here, so forked ranks do not each pay ~1-3 s."""
-    from hpclab.ddp.ddp_experiment import preload
+    from hpclab.train import preload
 
     preload()
 
@@ -83,7 +90,7 @@ def _dies_mid_training(ctx, spec):
     model = make_model(spec.model, spec.side**2, seed=spec.seed)
     net = wrap(ctx, model, 25.0)
     opt = torch.optim.SGD(net.parameters(), lr=0.1)
-    from hpclab.ddp.worker import dataset
+    from hpclab.train import dataset
 
     stream = batches(ctx, spec, dataset(spec))
     for step in range(1000):

@@ -7,11 +7,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from hpclab.ddp.worker import TrainSpec
 from hpclab.dist import launch
 from hpclab.parallel.data_parallel import make_buckets
 from hpclab.parallel.dp_experiment import IMPLS, dp_worker
-from hpclab.train import make_model
+from hpclab.train import TrainSpec, make_model
 
 # 512 samples of 8x8; the check phase trains `warmup` steps on identical batches per impl.
 SPEC = TrainSpec(
@@ -28,7 +27,7 @@ SPEC = TrainSpec(
 
 @pytest.fixture(autouse=True, scope="module")
 def _warm_parent():
-    from hpclab.ddp.ddp_experiment import preload
+    from hpclab.train import preload
 
     preload()
 

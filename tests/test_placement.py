@@ -88,12 +88,8 @@ def test_every_multi_rank_experiment_places_ranks_the_same_way(monkeypatch):
         launched.append((worker.__name__, ranks, kwargs.get("device", "auto")))
         raise KeyboardInterrupt  # stop before any work: only the decision is under test
 
-    import hpclab.ddp.allreduce
-    import hpclab.ddp.buckets
-
-    monkeypatch.setattr("hpclab.dist.launch", fake_launch)  # ddp imports it when it runs
-    monkeypatch.setattr(hpclab.ddp.allreduce, "launch", fake_launch)
-    monkeypatch.setattr(hpclab.ddp.buckets, "launch", fake_launch)
+    # all three launch through hpclab.train's local launch, which imports it when it runs
+    monkeypatch.setattr("hpclab.dist.launch", fake_launch)
     for name in ("ddp", "allreduce", "ddp-buckets"):
         with pytest.raises(KeyboardInterrupt):
             experiments.run(name, ranks=4)

@@ -41,17 +41,17 @@ def _ddp_case(worker: Callable[..., Any], ranks: int) -> CheckResult:
     import torch
 
     from hpclab.ddp import serial_loop as ex
-    from hpclab.ddp.ddp_experiment import preload
-    from hpclab.dist import RankError, launch
+    from hpclab.dist import RankError
+    from hpclab.train import run_spec
 
-    preload()  # forked ranks inherit DDP's imports instead of paying for them each
     try:
-        runs = launch(
-            _ddp_entry,
+        runs = run_spec(
+            ex.exercise_spec(),
             ranks,
-            args=(worker, ex.STEPS, ex.PER_RANK_BATCH, ex.SEED),
+            worker=_ddp_entry,
+            args=(worker,),
             timeout_s=20,
-            deadline_s=120,
+            deadline=120,
         )
     except RankError as err:
         text = error_line(err)
@@ -109,9 +109,9 @@ def _ddp_case(worker: Callable[..., Any], ranks: int) -> CheckResult:
     )
 
 
-def _ddp_entry(ctx: Any, worker: Callable[..., Any], steps: int, batch: int, seed: int) -> tuple:
-    """The student's worker, and the batch sizes its model's first layer saw in training
-    (grad enabled) on this rank."""
+def _ddp_entry(ctx: Any, spec: Any, worker: Callable[..., Any]) -> tuple:
+    """The student's worker (given the exercise spec's steps, per-rank batch and seed), and the
+    batch sizes its model's first layer saw in training (grad enabled) on this rank."""
     import torch
 
     from hpclab.ddp import serial_loop as ex
@@ -128,7 +128,7 @@ def _ddp_entry(ctx: Any, worker: Callable[..., Any], steps: int, batch: int, see
 
     hook = torch.nn.modules.module.register_module_forward_pre_hook(record)
     try:
-        out = worker(ctx, steps, batch, seed)
+        out = worker(ctx, spec.steps, spec.per_rank_batch, spec.seed)
     finally:
         hook.remove()
     return out, seen

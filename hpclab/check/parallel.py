@@ -18,7 +18,7 @@ def _train(ctx: Any, average: Callable[..., Any] | None, lr: float) -> Any:
     import torch
 
     from hpclab.ddp.serial_loop import exercise_data, exercise_model
-    from hpclab.train import forward_backward
+    from hpclab.train import flat_params, train_step
 
     x_all, y_all = exercise_data().tensors
     model = exercise_model()
@@ -26,12 +26,8 @@ def _train(ctx: Any, average: Callable[..., Any] | None, lr: float) -> Any:
     rank, world = (ctx.rank, ctx.world_size) if ctx is not None else (0, 1)
     for k in range(STEPS):
         rows = slice(k * GLOBAL_BATCH + rank, (k + 1) * GLOBAL_BATCH, world)
-        opt.zero_grad(set_to_none=True)
-        forward_backward(model, x_all[rows], y_all[rows])
-        if average is not None:
-            average(model)
-        opt.step()
-    return torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+        train_step(model, opt, x_all[rows], y_all[rows], after_backward=average)
+    return flat_params(model)
 
 
 def _dp_worker(ctx: Any, fn: Callable[..., Any]) -> Any:

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from hpclab.check import CheckResult, error_line, exercise_check, failed, passed
+from hpclab.train import flat_params
 
 # --- (a) the Hogwild worker loop ----------------------------------------------------------
 
@@ -84,7 +85,7 @@ def _constant_problem(rank: int):
 
 def _private_entry(ctx, fn, problems, model, steps, lr):
     fn(ctx, problems[ctx.rank], model, steps, lr)  # `model` is this process's own copy
-    return torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
+    return flat_params(model)
 
 
 def _sgd_trajectory(problem, model, steps: int, lr: float) -> list[torch.Tensor]:
@@ -113,10 +114,10 @@ def _trajectory_here(problem, model, steps: int, lr: float) -> list[torch.Tensor
     model = copy.deepcopy(model)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     idx = torch.arange(32)
-    out = [torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()]
+    out = [flat_params(model)]
     for _ in range(steps):
         sgd_step(model, opt, problem, idx)
-        out.append(torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone())
+        out.append(flat_params(model))
     return out
 
 

@@ -2,7 +2,7 @@
 
 The job asks for ``nodes`` nodes with one task each; ``srun`` starts one ``torchrun`` per node
 (``--nnodes N --nproc-per-node R``), the torchrun launchers meet (c10d rendezvous), and every
-rank runs :func:`hpclab.ddp.worker.ddp_worker` (the same function chapter 06 launches on one
+rank runs :func:`hpclab.train.ddp_worker` (the same function chapter 06 launches on one
 machine) through :func:`hpclab.dist.torchrun.torchrun_context`. Rank 0 writes its timings and
 final weights into the job directory.
 
@@ -47,11 +47,11 @@ from hpclab.cluster import local
 from hpclab.cluster.runner import python, require_cluster, submit
 from hpclab.cluster.spec import JobSpec
 from hpclab.config import Config, param
-from hpclab.ddp.worker import TrainSpec, ddp_worker
 from hpclab.dist.failures import RankError, diagnose
 from hpclab.dist.torchrun import torchrun_failures
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
+from hpclab.train import TrainSpec, ddp_worker, run_spec
 
 
 @dataclass(frozen=True)
@@ -66,13 +66,13 @@ class MultinodeConfig(Config):
 
 
 def train_spec(config: MultinodeConfig) -> TrainSpec:
-    return TrainSpec(
+    return TrainSpec.sized(
+        config.nodes * config.ranks_per_node,
         model=config.model,
         per_rank_batch=config.per_rank_batch,
         steps=config.steps,
         warmup=2,
         seed=config.seed,
-        samples=max(1024, 4 * config.per_rank_batch * config.nodes * config.ranks_per_node),
         measure_compute=False,
         measure_allreduce=False,
         return_params=True,
@@ -129,7 +129,9 @@ def job_spec(nodes: int, ranks_per_node: int, cores_per_node: int) -> JobSpec:
     )
 
 
-def run_layout(cluster, site, spec: TrainSpec, nodes: int, rpn: int, progress: Progress) -> dict:
+def run_layout(
+    cluster, site, spec: TrainSpec, nodes: int, rpn: int, progress: Progress, timeout_s: float = 300
+) -> dict:
     """One training job with ``nodes`` x ``rpn`` ranks; rank 0's output and weights."""
     from hpclab.cluster.runner import new_workdir
 
@@ -146,7 +148,7 @@ def run_layout(cluster, site, spec: TrainSpec, nodes: int, rpn: int, progress: P
     def rank_died(_st: Any) -> bool:
         return any(not f.peer_loss for f in torchrun_failures(job.log()))
 
-    st = job.wait(timeout_s=300, progress=progress, stop_when=rank_died)
+    st = job.wait(timeout_s=timeout_s, progress=progress, stop_when=rank_died)
     failures = torchrun_failures(job.log())
     if failures and (rank_died(st) or st.state != "COMPLETED"):
         job.cancel()
@@ -162,9 +164,37 @@ def run_layout(cluster, site, spec: TrainSpec, nodes: int, rpn: int, progress: P
     return out
 
 
-def run_multinode(config: MultinodeConfig, progress: Progress) -> Result:
-    from hpclab.dist import launch
+@dataclass(frozen=True)
+class Torchrun:
+    """A launch strategy for :func:`hpclab.train.run_spec`: one Slurm job of ``nodes`` nodes,
+    ``srun`` one torchrun per node with ``ranks_per_node`` ranks. Each rank runs
+    :func:`hpclab.train.ddp_worker` on the spec (sent as JSON); torchrun places the ranks, and
+    only rank 0's result comes back (with its final weights), as a one-item list."""
 
+    cluster: Any
+    site: Any
+    nodes: int
+    ranks_per_node: int
+
+    def __call__(
+        self, worker, ranks, *, args, device, threads, cpus, progress, deadline, timeout_s
+    ) -> list[dict]:
+        if ranks != self.nodes * self.ranks_per_node:
+            raise ValueError(
+                f"ranks={ranks}; allowed: nodes x ranks_per_node = "
+                f"{self.nodes * self.ranks_per_node}"
+            )
+        if worker is not ddp_worker or len(args) != 1 or cpus is not None:
+            raise ValueError("torchrun runs hpclab.train.ddp_worker on one TrainSpec, no cpus=")
+        return [
+            run_layout(
+                self.cluster, self.site, args[0], self.nodes, self.ranks_per_node,
+                progress or Progress(), 300.0 if deadline is None else deadline,
+            )
+        ]  # fmt: skip
+
+
+def run_multinode(config: MultinodeConfig, progress: Progress) -> Result:
     cluster = require_cluster()
     site = local.site_profile(cluster)
     spec = train_spec(config)
@@ -174,14 +204,13 @@ def run_multinode(config: MultinodeConfig, progress: Progress) -> Result:
         layouts.append((1, world))
     total = len(layouts) + 1
     progress.update(0, total, "one process with the combined batch")
-    serial = launch(
-        ddp_worker, 1, args=(replace(spec, per_rank_batch=spec.per_rank_batch * world),)
-    )
+    serial = run_spec(replace(spec, per_rank_batch=spec.per_rank_batch * world), 1)
     ref = serial[0]["flat_params"]
     records = []
     for i, (n, r) in enumerate(layouts, start=1):
         progress.update(i, total, f"{n} node(s) x {r} ranks")
-        out = run_layout(cluster, site, spec, n, r, progress)
+        job = Torchrun(cluster, site, n, r)
+        (out,) = run_spec(spec, n * r, launch=job, deadline=300.0, progress=progress)
         records.append(
             {
                 "layout": f"{n}x{r}",

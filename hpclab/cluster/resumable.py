@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from hpclab.cluster.checkpoint import load_latest, save_atomic, save_checkpoint
-from hpclab.train import make_model, synthetic_images, train_step
+from hpclab.train import flat_params, make_model, synthetic_images, train_step
 
 BATCH = 32
 SAMPLES = 1024
@@ -86,7 +86,7 @@ class Trainer:
         self.losses = [tuple(x) for x in state["losses"]]
 
     def flat(self) -> torch.Tensor:
-        return torch.nn.utils.parameters_to_vector(self.model.parameters()).detach()
+        return flat_params(self.model)
 
 
 def train_uninterrupted(steps: int, seed: int = 0) -> torch.Tensor:

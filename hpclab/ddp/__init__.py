@@ -1,7 +1,7 @@
 """Chapter 06, "Multi-GPU data parallel": DDP runs, all-reduce, ring, buckets, scaling model.
 
-Modules: :mod:`~hpclab.ddp.worker` (what each rank does), :mod:`~hpclab.ddp.ddp_experiment` (experiment
-``ddp``), :mod:`~hpclab.ddp.allreduce` (``allreduce``: algbw/busbw + alpha-beta fit),
+What each rank does and how a run is launched are the core's (:mod:`hpclab.train`); here:
+:mod:`~hpclab.ddp.ddp_experiment` (experiment ``ddp``), :mod:`~hpclab.ddp.allreduce` (``allreduce``: algbw/busbw + alpha-beta fit),
 :mod:`~hpclab.ddp.ring` (``ring-allreduce``: send/recv ring vs ``dist.all_reduce``),
 :mod:`~hpclab.ddp.buckets` (``ddp-buckets``: tensor fusion), :mod:`~hpclab.ddp.cost_model` and
 :mod:`~hpclab.ddp.scaling` (``scaling-model``), :mod:`~hpclab.ddp.plots`;

@@ -21,7 +21,7 @@ import torch
 from hpclab.config import Config, ConfigError, param
 from hpclab.ddp.collective_model import ALGORITHM_NAMES, add_model
 from hpclab.display import readable
-from hpclab.dist import RankContext, launch, place
+from hpclab.dist import RankContext, place
 from hpclab.dist.placement import DEVICES
 from hpclab.measure.timing import time_fn
 from hpclab.progress import Progress
@@ -141,16 +141,14 @@ def measure(
     algorithms: tuple[str, ...] = ("builtin",),
 ) -> list[dict[str, Any]]:
     """Live records: per size and algorithm the slowest rank's median time, algbw and busbw."""
-    from hpclab.ddp.ddp_experiment import preload
+    from hpclab.train import local  # launch on this node, warmed up (preload) first
 
-    preload()
-    outs = launch(
+    outs = local(
         allreduce_worker,
         ranks,
         args=(sizes, repeat, algorithms),
         device=device,
         progress=progress,
-        deadline_s=600.0,
     )
     backend = place(ranks, device).backend
     records = []

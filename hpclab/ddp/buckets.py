@@ -14,19 +14,28 @@ effect visible; the step is :func:`hpclab.train.train_step`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from hpclab.config import Config, param
-from hpclab.ddp.worker import TrainSpec, _bucket_count, batches, dataset, wrap
 from hpclab.display import figure, plural
-from hpclab.dist import RankContext, launch
+from hpclab.dist import RankContext
 from hpclab.measure.timing import time_fn
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
-from hpclab.train import MODELS, make_model, train_step
+from hpclab.train import (
+    MODELS,
+    TrainSpec,
+    batches,
+    bucket_count,
+    dataset,
+    make_model,
+    run_spec,
+    train_step,
+    wrap,
+)
 
 
 @dataclass(frozen=True)
@@ -79,7 +88,7 @@ def bucket_worker(
         {
             "bucket_cap_mb": cap,
             "step_s": statistics.median(samples[cap]),
-            "buckets": _bucket_count(nets[cap][0]),
+            "buckets": bucket_count(nets[cap][0]),
             "tensors": tensors,
         }
         for cap in caps
@@ -87,27 +96,21 @@ def bucket_worker(
 
 
 def run_buckets(config: BucketConfig, progress: Progress) -> Result:
-    from hpclab.ddp.ddp_experiment import preload
     from hpclab.dist import place
 
     where = place(config.ranks)
     device = where.device
     progress.update(0, 1, where.note)
-    preload()
-    spec = replace(
-        TrainSpec(),
-        model=config.model,
-        per_rank_batch=config.batch_size,
-        steps=config.steps,
-        samples=max(4096, 2 * config.batch_size * config.ranks),
+    spec = TrainSpec.sized(
+        config.ranks, model=config.model, per_rank_batch=config.batch_size, steps=config.steps
     )
-    outs = launch(
-        bucket_worker,
+    outs = run_spec(
+        spec,
         config.ranks,
-        args=(spec, tuple(config.caps_mb), config.rounds),
+        worker=bucket_worker,
+        args=(tuple(config.caps_mb), config.rounds),
         device=device,
         progress=progress,
-        deadline_s=600.0,
     )
     records = []
     for j, row in enumerate(outs[0]):

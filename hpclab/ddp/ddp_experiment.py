@@ -1,6 +1,6 @@
 """Experiment ``ddp``: real DistributedDataParallel runs, measured (chapter 06).
 
-A run launches ``ranks`` ranks of :func:`hpclab.ddp.worker.ddp_worker` (NCCL with one GPU per
+A run trains one :class:`hpclab.train.TrainSpec` on ``ranks`` ranks of :func:`hpclab.train.ddp_worker` (NCCL with one GPU per
 rank, else gloo CPU ranks standing in for GPUs) and, as the baseline, one rank with the same
 threads as each of them (so "one GPU" and "each of n GPUs" have the same power). Records:
 
@@ -16,18 +16,16 @@ Weak scaling keeps ``batch_size`` per rank; strong scaling splits a global ``bat
 
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass, replace
 from typing import Any
 
 from hpclab.config import Config, ConfigError, param
-from hpclab.ddp.worker import TrainSpec, ddp_worker
 from hpclab.display import plural
 from hpclab.dist.placement import DEVICES, gpu_count, place
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
-from hpclab.train import MODELS
+from hpclab.train import MODELS, TrainSpec, run_spec
 
 
 @dataclass(frozen=True)
@@ -77,32 +75,10 @@ class DDPConfig(Config):
         return self.batch_size if self.scaling == "weak" else self.batch_size // self.ranks
 
 
-@functools.cache
-def preload() -> None:
-    """Import DDP's lazy dependencies once in the parent, so forked ranks start warm.
-
-    The first ``DistributedDataParallel(...)`` in a fresh process imports ``torch._dynamo``
-    (~1-3 s, DESIGN.md's measured facts); forked ranks inherit the parent's imports.
-    """
-    import torch._dynamo  # noqa: F401
-    import torch.nn.parallel  # noqa: F401
-
-
 def launch_spec(ranks: int, spec: TrainSpec, device: str, threads: int, progress: Progress):
     """Run ``spec`` on ``ranks`` ranks; returns (per-rank outputs, launch wall time)."""
-    from hpclab.dist import launch
-
-    started = time.time()  # the "button press": includes the one-time preload below
-    preload()
-    outs = launch(
-        ddp_worker,
-        ranks,
-        args=(spec,),
-        device=device,
-        threads_per_rank=threads,
-        progress=progress,
-        deadline_s=600.0,
-    )
+    started = time.time()  # the "button press": includes run_spec's one-time preload
+    outs = run_spec(spec, ranks, device=device, threads=threads, progress=progress)
     return outs, started
 
 
@@ -139,13 +115,13 @@ def _record(cfg: DDPConfig, ranks: int, outs: list[dict], started: float) -> dic
 def train_spec(config: DDPConfig) -> TrainSpec:
     """What each rank trains: the one spec a run and its references share (the plain loop of
     ``benchmarks/ddp_gpu.py`` trains this very spec, so both do the same work)."""
-    return TrainSpec(
+    return TrainSpec.sized(
+        config.ranks,
         model=config.model,
         per_rank_batch=config.per_rank_batch,
         steps=config.steps,
         warmup=config.warmup,
         seed=config.seed,
-        samples=max(4096, 2 * config.per_rank_batch * config.ranks),
         bucket_cap_mb=config.bucket_cap_mb,
         micro_batches=config.micro_batches,
     )
@@ -167,10 +143,10 @@ def run_ddp(config: DDPConfig, progress: Progress) -> Result:
             ),
             cancel=progress.cancel_event,
         )
-        run_spec = spec
+        mine = spec
         if ranks == 1 and config.scaling == "strong":
-            run_spec = replace(spec, per_rank_batch=config.batch_size)
-        outs, started = launch_spec(ranks, run_spec, device, threads, part)
+            mine = replace(spec, per_rank_batch=config.batch_size)
+        outs, started = launch_spec(ranks, mine, device, threads, part)
         records.append(_record(config, ranks, outs, started))
     base = next((r for r in records if r["ranks"] == 1), None)
     for r in records:

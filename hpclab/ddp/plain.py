@@ -1,8 +1,8 @@
 """The loop people write for one GPU, the reference chapter 06's ``ddp`` run is held to.
 
-Same work as :func:`hpclab.ddp.worker.ddp_worker` on one rank, by construction: the same
-:class:`~hpclab.ddp.worker.TrainSpec` (so the same samples, epochs and batch size), the same
-batches (:func:`~hpclab.ddp.worker.batches`: a DataLoader on the host, ``pin_memory`` on a GPU,
+Same work as :func:`hpclab.train.ddp_worker` on one rank, by construction: the same
+:class:`~hpclab.train.TrainSpec` (so the same samples, epochs and batch size), the same
+batches (:func:`~hpclab.train.batches`: a DataLoader on the host, ``pin_memory`` on a GPU,
 each batch copied to the device with ``non_blocking=True`` inside the step), the same
 :func:`hpclab.train.train_step` (its ``loss.item()`` waits for the GPU), the same warm-up and
 number of steps. Only the clock differs, on purpose: ``perf_counter`` between two
@@ -17,9 +17,8 @@ import time
 
 import torch
 
-from hpclab.ddp.worker import TrainSpec, batches, dataset
 from hpclab.dist import RankContext
-from hpclab.train import make_model, train_step
+from hpclab.train import TrainSpec, batches, dataset, make_model, train_step
 
 
 def plain_loop(ctx: RankContext, spec: TrainSpec) -> dict[str, float]:

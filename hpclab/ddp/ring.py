@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from hpclab.config import Config, param
-from hpclab.dist import RankContext, launch
+from hpclab.dist import RankContext
 from hpclab.measure.timing import time_fn
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
@@ -98,22 +98,20 @@ def compare_worker(
 
 def run_ring(config: RingConfig, progress: Progress) -> Result:
     from hpclab.ddp.allreduce import busbw_gbps
-    from hpclab.ddp.ddp_experiment import preload
+    from hpclab.train import local  # launch on this node, warmed up (preload) first
 
     bad = [s for s in config.sizes if s % 4]
     if bad:
         from hpclab.config import ConfigError
 
         raise ConfigError(f"sizes={bad[0]} is not a multiple of 4 bytes; allowed: fp32 messages")
-    preload()
     progress.update(0, 1, f"{config.ranks} ranks")
-    outs = launch(
+    outs = local(
         compare_worker,
         config.ranks,
         args=(tuple(config.sizes), config.repeat),
         device="cpu",
         progress=progress,
-        deadline_s=600.0,
     )
     records = []
     for j, nbytes in enumerate(config.sizes):

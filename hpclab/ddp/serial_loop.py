@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from hpclab.train import flat_params, make_model, synthetic_images, train_step
+from hpclab.train import TrainSpec, flat_params, make_model, synthetic_images, train_step
 
 SAMPLES = 512  # 8x8 images, flattened to 64 features
 FEATURES = 64
@@ -25,6 +25,14 @@ def exercise_data(seed: int = SEED) -> torch.utils.data.TensorDataset:
     """512 MNIST-like 8x8 images (flattened, ``[512, 64]``) and labels ``[512]``."""
     x, y = synthetic_images(SAMPLES, (1, 8, 8), seed=seed)
     return torch.utils.data.TensorDataset(x.reshape(SAMPLES, FEATURES), y)
+
+
+def exercise_spec() -> TrainSpec:
+    """The exercise as a spec: what :func:`hpclab.train.run_spec` hands the check's ranks."""
+    return TrainSpec(
+        model="tiny", side=8, per_rank_batch=PER_RANK_BATCH, steps=STEPS, lr=LR, seed=SEED,
+        samples=SAMPLES,
+    )  # fmt: skip
 
 
 def exercise_model(seed: int = SEED) -> torch.nn.Module:

@@ -18,20 +18,31 @@ same batches (its :class:`~torch.utils.data.DistributedSampler` share), trained 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from hpclab.config import Config, param
-from hpclab.ddp.worker import TrainSpec, batches, dataset, wrap
 from hpclab.display import figure
-from hpclab.dist import RankContext, launch
+from hpclab.dist import RankContext
 from hpclab.measure.timing import time_fn
 from hpclab.parallel.data_parallel import BucketedDataParallel, NaiveDataParallel
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
-from hpclab.train import MLP_MODELS, flat_params, make_model, parameter_count, train_step
+from hpclab.train import (
+    MLP_MODELS,
+    TrainSpec,
+    batches,
+    bucket_count,
+    dataset,
+    flat_params,
+    make_model,
+    parameter_count,
+    run_spec,
+    train_step,
+    wrap,
+)
 
 IMPLS = ("naive", "bucketed", "ddp")
 
@@ -63,13 +74,11 @@ def make_replica(ctx: RankContext, impl: str, spec: TrainSpec, cap_mb: float) ->
 
 def _messages(net: torch.nn.Module) -> int:
     """All-reduces per step: one per tensor (naive), one per bucket (bucketed, ddp)."""
-    from hpclab.ddp.worker import _bucket_count
-
     if isinstance(net, NaiveDataParallel):
         return len(net.params)
     if isinstance(net, BucketedDataParallel):
         return len(net.buckets)
-    return _bucket_count(net)
+    return bucket_count(net)
 
 
 def dp_worker(
@@ -125,28 +134,25 @@ def _time_steps(ctx: RankContext, spec: TrainSpec, nets: dict, stream: Any, roun
 
 
 def run_dp_by_hand(config: DPByHandConfig, progress: Progress) -> Result:
-    from hpclab.ddp.ddp_experiment import preload
     from hpclab.dist import place
 
     device = place(config.ranks, config.device).device
-    preload()
-    spec = replace(
-        TrainSpec(),
+    spec = TrainSpec.sized(
+        config.ranks,
         model=config.model,
         per_rank_batch=config.batch_size,
         steps=config.steps,
         warmup=config.check_steps,
-        samples=max(4096, 2 * config.batch_size * config.ranks),
         return_params=True,
     )
     impls = tuple(dict.fromkeys(config.impl))
-    outs = launch(
-        dp_worker,
+    outs = run_spec(
+        spec,
         config.ranks,
-        args=(spec, impls, config.bucket_cap_mb, config.rounds),
+        worker=dp_worker,
+        args=(impls, config.bucket_cap_mb, config.rounds),
         device=device,
         progress=progress,
-        deadline_s=600.0,
     )
     compute = max(o["rows"]["compute"]["step_s"] for o in outs)
     ref = "ddp" if "ddp" in impls else impls[0]

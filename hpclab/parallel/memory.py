@@ -33,9 +33,10 @@ from torch import nn
 
 from hpclab.config import Config, ConfigError, param
 from hpclab.display import figure
-from hpclab.dist import RankContext, launch
+from hpclab.dist import RankContext
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
+from hpclab.train import run_spec
 
 STRATEGIES = ("data", "pipeline-gpipe", "pipeline-1f1b", "tensor")
 
@@ -173,10 +174,9 @@ def memory_worker(ctx: RankContext, cfg: MemoryConfig) -> list[dict[str, Any]]:
 
 
 def run_memory(config: MemoryConfig, progress: Progress) -> Result:
-    from hpclab.ddp.ddp_experiment import preload
-
-    preload()  # Adam's first step imports torch._dynamo: once here, not in every rank
-    outs = launch(memory_worker, config.ranks, args=(config,), device="cpu", progress=progress)
+    # the probe's "spec" is its own config; run_spec's preload does Adam's first-step import
+    # (torch._dynamo) once here, not in every rank
+    outs = run_spec(config, config.ranks, worker=memory_worker, device="cpu", progress=progress)
     records = []
     for rows in outs:
         for row in rows:

@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hpclab.train import flat_params
+
 SCHEDULES = ("naive", "gpipe", "1f1b")
 ACT, GRAD = 0, 1  # message tags: activations go forward, gradients backward
 
@@ -216,4 +218,4 @@ class PipelineStage:
 
 
 def flat_stage_params(stage: PipelineStage) -> torch.Tensor:
-    return torch.nn.utils.parameters_to_vector(stage.module.parameters()).detach().cpu()
+    return flat_params(stage.module).cpu()

@@ -36,7 +36,7 @@ from hpclab.parallel.pipeline import (
 )
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
-from hpclab.train import synthetic_images, train_step
+from hpclab.train import flat_params, make_model, synthetic_images, train_step
 
 SIDE = 16  # 16x16 images: 256 inputs, as wide as the hidden layers
 LR = 0.05
@@ -73,15 +73,9 @@ class PipelineConfig(Config):
 
 
 def pipeline_model(cfg: PipelineConfig, seed: int = 0) -> torch.nn.Sequential:
-    """``layers`` linear layers, ``width`` features each (ReLU between), 10 classes out."""
-    from torch import nn
-
-    torch.manual_seed(seed)
-    mods: list[nn.Module] = [nn.Linear(SIDE * SIDE, cfg.width), nn.ReLU()]
-    for _ in range(cfg.layers - 2):
-        mods += [nn.Linear(cfg.width, cfg.width), nn.ReLU()]
-    mods.append(nn.Linear(cfg.width, 10))
-    return nn.Sequential(*mods)
+    """The registry's ``deep`` model: ``layers`` linear layers, ``width`` features each (ReLU
+    between), 10 classes out."""
+    return make_model("deep", SIDE * SIDE, 10, seed, depth=cfg.layers, width=cfg.width)
 
 
 def pipeline_batch(cfg: PipelineConfig, step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -96,7 +90,7 @@ def serial_params(cfg: PipelineConfig, steps: int) -> torch.Tensor:
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     for k in range(steps):
         train_step(model, opt, *pipeline_batch(cfg, k))
-    return torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+    return flat_params(model)
 
 
 def pipeline_worker(ctx: RankContext, cfg: PipelineConfig) -> dict[str, Any]:

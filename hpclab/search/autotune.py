@@ -4,7 +4,7 @@ the best (chapter 08).
 Fox et al. (2015, RaPyDLI) build their kernels this way: a parameter space is generated, *hard*
 constraints remove what the hardware forbids, *soft* constraints remove what the user excludes,
 the survivors are benchmarked in parallel, and the winner is often "a surprising set of
-parameters". Here the tuned thing is the course's own training step (:func:`hpclab.ddp.worker.
+parameters". Here the tuned thing is the course's own training step (:func:`hpclab.train.
 ddp_worker` around :func:`hpclab.train.train_step`, the ``cnn`` model on MNIST-like images) and
 the knobs are the ones students turn by hand in earlier chapters: intra-op threads per rank
 (chapter 01), ranks (chapter 06), the global batch size, DataLoader workers per rank (chapter

@@ -22,7 +22,7 @@ each worker holding its own cores) or to a job array (one task per candidate, ea
 allocation), with the same final re-measurement on one node.
 
 Each run is one launch of the course's one training step on CPU ranks
-(:func:`hpclab.ddp.worker.ddp_worker`: the ``cnn`` model, DDP with ``bucket_cap_mb`` when there
+(:func:`hpclab.train.ddp_worker` through :func:`hpclab.train.run_spec`: the ``cnn`` model, DDP with ``bucket_cap_mb`` when there
 are several ranks, a DataLoader with ``loader_workers``), timed with chapter 01's discipline
 (warm-up, repeats, median and min..max). The batch is the *global* batch, split over the ranks,
 so every candidate takes the same SGD step and samples/s compare fairly.
@@ -51,17 +51,15 @@ def measure(
     c: dict[str, Any], cpus: tuple[int, ...], side: int, repeat: int, cancel: threading.Event
 ) -> dict[str, Any]:
     """Run candidate ``c`` once, pinned to ``cpus``; samples/s (median, min, max) and its CPU share."""
-    from hpclab.ddp.worker import TrainSpec, ddp_worker
-    from hpclab.dist import launch
+    from hpclab.train import TrainSpec, run_spec
 
-    warmup = 2
-    spec = TrainSpec(
+    spec = TrainSpec.sized(
+        c["ranks"],
         model="cnn",
         side=side,
         per_rank_batch=c["batch"] // c["ranks"],
         steps=repeat,
-        warmup=warmup,
-        samples=c["batch"] * (repeat + warmup + 1),  # one epoch covers the run
+        warmup=2,
         bucket_cap_mb=c["bucket_cap_mb"],
         loader_workers=c["loader_workers"],
         dtype=c["dtype"],
@@ -70,15 +68,14 @@ def measure(
         measure_allreduce=False,
     )
     t0 = time.perf_counter()
-    outs = launch(
-        ddp_worker,
+    outs = run_spec(
+        spec,
         c["ranks"],
-        args=(spec,),
         device="cpu",
-        threads_per_rank=c["threads"],
+        threads=c["threads"],
         cpus=cpus,
+        deadline=300.0,
         progress=Progress(cancel=cancel),
-        deadline_s=300.0,
     )
     wall = time.perf_counter() - t0
     r0, n = outs[0], c["batch"]  # DDP ranks step in lockstep: rank 0's clock is the step's
@@ -106,9 +103,6 @@ def screen(
     """Measure every candidate, up to ``at_once`` at a time (0: as many as fit) on disjoint
     cores. Returns the measurements in candidate order (with ``start_s``/``end_s`` since the
     screening began), the wall time and the most candidates that ran at once."""
-    from hpclab.ddp.ddp_experiment import preload
-
-    preload()  # DDP's lazy imports once here, so forked ranks start warm
     cpus = tuple(sorted(cpus))
     too_big = [c for c in candidates if cores_needed(c) > len(cpus)]
     if too_big:
@@ -168,9 +162,6 @@ def side_by_side(
     """Each config alone on the first cores it needs, in turn, ``rounds`` times (A B A B): per
     config the median samples/s over the rounds, its min..max, every round's value and how many
     rounds were disturbed."""
-    from hpclab.ddp.ddp_experiment import preload
-
-    preload()
     cpus = tuple(sorted(cpus))
     per: list[list[float]] = [[] for _ in configs]
     disturbed = [0 for _ in configs]

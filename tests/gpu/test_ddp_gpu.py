@@ -14,8 +14,8 @@ import torch
 from hpclab import experiments
 from hpclab.ddp.ddp_experiment import DDPConfig, train_spec
 from hpclab.ddp.plain import plain_loop
-from hpclab.ddp.worker import TrainSpec, ddp_worker
 from hpclab.dist import launch
+from hpclab.train import TrainSpec, ddp_worker
 
 pytestmark = pytest.mark.gpu
 

@@ -97,13 +97,32 @@ MODELS: dict[str, Callable[[int, int], nn.Module]] = {
 MLP_MODELS = ("tiny", "large", "deep")  # the models that take any number of features
 
 
-def make_model(name: str, in_features: int = 64, classes: int = 10, seed: int = 0) -> nn.Module:
+SHAPED = ("deep",)  # the models whose depth (linear layers) and width (features) can be chosen
+
+
+def make_model(
+    name: str,
+    in_features: int = 64,
+    classes: int = 10,
+    seed: int = 0,
+    *,
+    depth: int | None = None,
+    width: int | None = None,
+) -> nn.Module:
     """A fresh model from :data:`MODELS`. Same seed, same initial weights (for the parallel ==
-    serial tests of chapters 05 and 06)."""
+    serial tests of chapters 05 and 06). ``depth`` (linear layers) and ``width`` (features per
+    hidden layer) reshape the models in :data:`SHAPED`; ``None`` keeps the model's own."""
     if name not in MODELS:
         raise ValueError(f"model={name!r} is not known; allowed: {', '.join(MODELS)}")
+    shape = {k: v for k, v in (("layers", depth), ("width", width)) if v is not None}
+    if shape and name not in SHAPED:
+        raise ValueError(
+            f"model={name!r} has a fixed shape; depth and width apply to: {', '.join(SHAPED)}"
+        )
+    if shape.get("layers", 2) < 2 or shape.get("width", 1) < 1:
+        raise ValueError(f"depth={depth}, width={width}; allowed: depth >= 2, width >= 1")
     torch.manual_seed(seed)
-    return MODELS[name](in_features, classes)
+    return MODELS[name](in_features, classes, **shape)
 
 
 def parameter_count(model: nn.Module) -> int:
@@ -169,8 +188,13 @@ def train_step(
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy,
     micro_batches: int = 1,
     lock: contextlib.AbstractContextManager | None = None,
+    after_backward: Callable[[nn.Module], None] | None = None,
 ) -> float:
     """One SGD step: forward, loss, backward, update. Returns the loss (a float: syncs device).
+
+    ``after_backward(model)`` runs once the batch's gradients are in ``.grad`` and before the
+    update: where hand-written data parallelism averages them over the ranks (chapter 06
+    part 2's exercises), instead of spelling the step out again.
 
     ``lock`` (e.g. a ``multiprocessing.Lock``) is held around the update only: the naive,
     locked variant of chapter 05's Hogwild; without it, processes sharing the weights write
@@ -187,6 +211,8 @@ def train_step(
         total = forward_backward(model, x, y, loss_fn)
     else:
         total = _accumulate(model, x, y, loss_fn, micro_batches)
+    if after_backward is not None:
+        after_backward(model)
     if lock is None:
         optimizer.step()
     else:

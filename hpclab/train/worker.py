@@ -1,4 +1,4 @@
-"""What each rank of a data-parallel run does (chapter 06, "Multi-GPU data parallel").
+"""What each rank of a data-parallel run does (chapters 06 to 08: the course's one rank-side worker).
 
 One worker, :func:`ddp_worker`, serves three purposes with one code path:
 
@@ -17,7 +17,8 @@ One worker, :func:`ddp_worker`, serves three purposes with one code path:
 The knobs chapter 08 tunes are fields of :class:`TrainSpec` too: DataLoader ``loader_workers``
 (chapter 04), ``dtype`` (bf16 under autocast) and ``memory_format`` (channels-last weights).
 
-The step itself is :func:`hpclab.train.train_step`, the same one every chapter uses.
+The step itself is :func:`hpclab.train.train_step`, the same one every chapter uses; the spec
+is :class:`hpclab.train.TrainSpec`, and :func:`hpclab.train.run_spec` launches it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import contextlib
 import copy
 import os
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -35,31 +35,18 @@ from torch import nn
 from hpclab.dist import RankContext
 from hpclab.measure.cpu_share import measure_cpu_share
 from hpclab.measure.timing import time_fn
-from hpclab.train import flat_params, make_model, parameter_count, synthetic_images, train_step
+from hpclab.train.cost import Checkpointed, flops_per_sample
+from hpclab.train.optim import make_optimizer, make_schedule
+from hpclab.train.spec import TrainSpec
+from hpclab.train.step import (
+    flat_params,
+    make_model,
+    parameter_count,
+    synthetic_images,
+    train_step,
+)
 
 DDP_DEFAULT_MB = 25.0  # torch.nn.parallel.DistributedDataParallel's bucket_cap_mb default
-
-
-@dataclass(frozen=True)
-class TrainSpec:
-    """Everything one rank needs (picklable; travels to forked ranks unchanged)."""
-
-    model: str = "tiny"
-    side: int = 28  # images are 1 x side x side, flattened to side**2 features (MNIST: 28)
-    per_rank_batch: int = 32
-    steps: int = 20  # timed steps
-    warmup: int = 3  # untimed steps first (DDP rebuilds its buckets after step 1)
-    lr: float = 0.05
-    seed: int = 0
-    samples: int = 4096
-    bucket_cap_mb: float = 25.0  # 0 means one bucket per parameter tensor
-    micro_batches: int = 1
-    measure_compute: bool = True
-    measure_allreduce: bool = True
-    return_params: bool = False
-    loader_workers: int = 0  # DataLoader worker processes per rank (0: load in the rank)
-    dtype: str = "fp32"  # "bf16": forward and backward under bf16 autocast (weights stay fp32)
-    memory_format: str = "contiguous"  # "channels_last": convolution weights channels-last
 
 
 def dataset(spec: TrainSpec) -> torch.utils.data.TensorDataset:
@@ -148,12 +135,15 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
     model = make_model(spec.model, spec.side * spec.side, seed=spec.seed).to(ctx.device)
     if spec.memory_format == "channels_last":
         model = model.to(memory_format=torch.channels_last)
+    if spec.checkpoint:
+        model = Checkpointed(model)
     net = wrap(ctx, model, spec.bucket_cap_mb)
-    opt = torch.optim.SGD(net.parameters(), lr=spec.lr)
+    opt = make_optimizer(spec.optimizer, net.parameters(), spec.lr)
     stream = batches(ctx, spec, data)
     losses: list[float] = []
     first_step_at: list[float] = []
     total = spec.warmup + spec.steps
+    schedule = make_schedule(spec.schedule, opt, max(1, spec.warmup) + spec.steps, spec.lr_warmup)
 
     def step() -> None:
         if not first_step_at:
@@ -161,6 +151,8 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
         x, y = next(stream)
         with _autocast(ctx.device, spec.dtype):
             losses.append(train_step(net, opt, x, y, micro_batches=spec.micro_batches))
+        if schedule is not None:
+            schedule.step()
         ctx.progress(len(losses), total, f"step {len(losses)}/{total}")
 
     # Deterministic call count on every rank (no time limit): collectives must pair up.
@@ -187,8 +179,10 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
         "first_step_at": first_step_at[0],
         "loss_first": losses[0],
         "loss_last": losses[-1],
+        "lr_last": opt.param_groups[0]["lr"],  # the rate after the schedule's last step
         "params": parameter_count(model),
-        "buckets": _bucket_count(net),
+        "flops_per_sample": flops_per_sample(model, spec.side * spec.side),
+        "buckets": bucket_count(net),
     }
     out["params_max_diff"] = replica_divergence(ctx, net)
     if spec.return_params:
@@ -197,7 +191,7 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
     if spec.measure_compute and ctx.distributed:
         # The same step on a private copy: no DDP hooks, no all-reduce, no waiting for peers.
         local = copy.deepcopy(model)
-        local_opt = torch.optim.SGD(local.parameters(), lr=spec.lr)
+        local_opt = make_optimizer(spec.optimizer, local.parameters(), spec.lr)
 
         def local_step() -> None:
             x, y = next(stream)
@@ -220,7 +214,7 @@ def _autocast(device: str, dtype: str) -> contextlib.AbstractContextManager:
     return torch.autocast(device.split(":")[0], dtype=torch.bfloat16)
 
 
-def _bucket_count(net: nn.Module) -> int:
+def bucket_count(net: nn.Module) -> int:
     """Gradient buckets DDP all-reduced per step (after its rebuild at step 1); 0 without DDP."""
     getter = getattr(net, "_get_ddp_logging_data", None)
     if getter is None:

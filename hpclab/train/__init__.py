@@ -1,0 +1,59 @@
+"""The training engine every chapter uses (core layer, beside :mod:`hpclab.dist`).
+
+- :mod:`~hpclab.train.step`: data, the model registry and the one training step;
+- :mod:`~hpclab.train.spec`: :class:`TrainSpec`, its validation and the sizing rule;
+- :mod:`~hpclab.train.worker`: what each rank of a data-parallel run does (:func:`ddp_worker`);
+- :mod:`~hpclab.train.engine`: :func:`run_spec`, the one way to train a spec on N ranks.
+
+It imports only :mod:`hpclab.dist`, :mod:`hpclab.measure`, :mod:`hpclab.progress` and torch:
+the chapters' packages import it, never the other way round.
+"""
+
+from hpclab.train.cost import Checkpointed, flops_per_sample
+from hpclab.train.engine import DEADLINE_S, Launch, local, preload, run_spec
+from hpclab.train.spec import MIN_SAMPLES, TrainSpec, samples_for
+from hpclab.train.step import (
+    MLP_MODELS,
+    MODELS,
+    accuracy,
+    digits,
+    flat_grad,
+    flat_params,
+    forward_backward,
+    make_model,
+    parameter_count,
+    set_flat_params,
+    synthetic_images,
+    train_step,
+)
+from hpclab.train.worker import batches, bucket_count, dataset, ddp_worker, wrap
+
+__all__ = [
+    "Checkpointed",
+    "DEADLINE_S",
+    "MIN_SAMPLES",
+    "MLP_MODELS",
+    "MODELS",
+    "Launch",
+    "TrainSpec",
+    "accuracy",
+    "batches",
+    "bucket_count",
+    "dataset",
+    "ddp_worker",
+    "digits",
+    "flat_grad",
+    "flat_params",
+    "flops_per_sample",
+    "forward_backward",
+    "local",
+    "make_model",
+    "parameter_count",
+    "preload",
+    "run_spec",
+    "samples_for",
+    "set_flat_params",
+    "synthetic_images",
+    "train_step",
+    "wrap",
+]
