@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from hpclab.check import CheckResult, exercise_check, failed, mistake, near, passed
-from hpclab.check.ddp_model import _call_all
+from hpclab.check import CheckResult, exercise_check, failed, passed
+from hpclab.check.formula import formula_check
 from hpclab.ddp.collective_model import model_s
 
 
@@ -68,24 +68,20 @@ def doubling_cost(fn: Any) -> CheckResult:
         (16 * 2**20, 6, 1e-5, 1e10),
         (1024, 12, 3e-5, 2e9),
     ]
-    got = _call_all(fn, cases, "my_doubling_s")
-    if isinstance(got, CheckResult):
-        return got
-    want = [_doubling(*c) for c in cases]
-    if all(g > 0 and near(g / w, 1.0, 0.01) for g, w in zip(got, want, strict=True)):
-        return passed(
-            "floor(log2 n) steps of the whole message, plus 2 when n is not a power of two: "
-            "few steps (small messages win) but log2 n x m bytes (big messages lose to the ring)."
+
+    def differs(case: tuple, got: float, want: float) -> str:
+        m, n, a, b = case
+        return (
+            f"for {m} bytes on {n} ranks (alpha {a:g} s, B {b:g} bytes/s) you return {got:.4g} s; "
+            f"expected {want:.4g} s"
         )
-    advice = mistake(got, cases, _MISTAKES)
-    if advice:
-        return failed(advice + ".")
-    k = next(i for i, (g, w) in enumerate(zip(got, want, strict=True)) if not near(g / w, 1, 0.01))
-    m, n, a, b = cases[k]
-    return failed(
-        f"for {m} bytes on {n} ranks (alpha {a:g} s, B {b:g} bytes/s) you return {got[k]:.4g} s; "
-        f"expected {want[k]:.4g} s"
-    )
+
+    return formula_check(
+        fn, cases, "my_doubling_s", _doubling, _MISTAKES,
+        "floor(log2 n) steps of the whole message, plus 2 when n is not a power of two: few "
+        "steps (small messages win) but log2 n x m bytes (big messages lose to the ring).",
+        differs,
+    )  # fmt: skip
 
 
 @exercise_check

@@ -3,33 +3,10 @@ scaling efficiency, each a function tried on several cases (plausible mistakes a
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from hpclab.check import (
-    CheckResult,
-    as_number,
-    error_line,
-    exercise_check,
-    failed,
-    mistake,
-    near,
-    passed,
-)
-
-
-def _call_all(fn: Callable[..., Any], cases: list[tuple], name: str) -> list[float] | CheckResult:
-    got = []
-    for case in cases:
-        try:
-            value = fn(*case)
-        except Exception as err:  # noqa: BLE001 - a student's bug becomes feedback
-            return failed(f"{name}{tuple(case)} raised {error_line(err)}")
-        num = as_number(value, f"{name}{tuple(case)}")
-        if isinstance(num, CheckResult):
-            return num
-        got.append(num)
-    return got
+from hpclab.check import CheckResult, exercise_check, failed
+from hpclab.check.formula import formula_check
 
 
 def _busbw(nbytes: float, seconds: float, ranks: int) -> float:
@@ -68,26 +45,20 @@ def busbw(fn: Any, nbytes: float, seconds: float, ranks: int) -> CheckResult:
             "rank counts, since at 2 ranks busbw equals algbw"
         )
     cases = [(nbytes, seconds, ranks), (1e6, 1e-3, 3), (64 * 2**20, 0.05, 8), (2**30, 1.5, 4)]
-    got = _call_all(fn, cases, "my_busbw_gbps")
-    if isinstance(got, CheckResult):
-        return got
-    want = [_busbw(*c) for c in cases]
-    if all(g > 0 and near(g / w, 1.0, 0.01) for g, w in zip(got, want, strict=True)):
-        return passed(
-            "busbw = algbw x 2(n-1)/n, in GB/s (1e9 bytes/s), as nccl-tests reports it "
-            "(checked on 2, 3, 4 and 8 ranks)."
+
+    def differs(case: tuple, got: float, want: float) -> str:
+        b, s, n = case
+        return (
+            f"for {b:.0f} bytes in {s:.4g} s on {n} ranks you return {got:.4g} GB/s; expected "
+            f"{b:.0f} / {s:.4g} / 1e9 x 2({n}-1)/{n} = {want:.4g}"
         )
-    advice = mistake(got, cases, _BUSBW_MISTAKES)
-    if advice:
-        return failed(advice + ".")
-    k = next(
-        i for i, (g, w) in enumerate(zip(got, want, strict=True)) if not near(g / w, 1.0, 0.01)
-    )
-    b, s, n = cases[k]
-    return failed(
-        f"for {b:.0f} bytes in {s:.4g} s on {n} ranks you return {got[k]:.4g} GB/s; expected "
-        f"{b:.0f} / {s:.4g} / 1e9 x 2({n}-1)/{n} = {want[k]:.4g}"
-    )
+
+    return formula_check(
+        fn, cases, "my_busbw_gbps", _busbw, _BUSBW_MISTAKES,
+        "busbw = algbw x 2(n-1)/n, in GB/s (1e9 bytes/s), as nccl-tests reports it "
+        "(checked on 2, 3, 4 and 8 ranks).",
+        differs,
+    )  # fmt: skip
 
 
 def _efficiency(compute_s: float, nbytes: float, n: int, alpha_s: float, bw: float) -> float:
@@ -147,25 +118,18 @@ def efficiency_prediction(
         (0.02, 4e7, 3, 5e-5, 2e9),
         (0.005, 1e8, 8, 2e-4, 1e10),
     ]
-    got = _call_all(fn, cases, "my_efficiency")
-    if isinstance(got, CheckResult):
-        return got
-    want = [_efficiency(*c) for c in cases]
-    if all(near(g / w, 1.0, 0.01) for g, w in zip(got, want, strict=True)):
-        return passed(
-            "compute / (compute + 2(n-1) alpha + 2(n-1)/n m/B) matches the model on 2, 3 and 8 "
-            "ranks."
+
+    def differs(case: tuple, got: float, want: float) -> str:
+        c, m, n, a, b = case
+        extra = " (an efficiency lies between 0 and 1)" if not 0 < got <= 1 else ""
+        return (
+            f"with compute {c:.4g} s, {m:.0f} bytes, {n} ranks, alpha {a:.3g} s, B {b:.3g} B/s "
+            f"you return {got:.4f}{extra}; expected {c:.4g} / ({c:.4g} + 2({n}-1) x {a:.3g} + "
+            f"2({n}-1)/{n} x {m:.0f} / {b:.3g}) = {want:.4f}"
         )
-    advice = mistake(got, cases, _EFFICIENCY_MISTAKES)
-    if advice:
-        return failed(advice + ".")
-    k = next(
-        i for i, (g, w) in enumerate(zip(got, want, strict=True)) if not near(g / w, 1.0, 0.01)
-    )
-    c, m, n, a, b = cases[k]
-    extra = " (an efficiency lies between 0 and 1)" if not 0 < got[k] <= 1 else ""
-    return failed(
-        f"with compute {c:.4g} s, {m:.0f} bytes, {n} ranks, alpha {a:.3g} s, B {b:.3g} B/s you "
-        f"return {got[k]:.4f}{extra}; expected {c:.4g} / ({c:.4g} + 2({n}-1) x {a:.3g} + "
-        f"2({n}-1)/{n} x {m:.0f} / {b:.3g}) = {want[k]:.4f}"
-    )
+
+    return formula_check(
+        fn, cases, "my_efficiency", _efficiency, _EFFICIENCY_MISTAKES,
+        "compute / (compute + 2(n-1) alpha + 2(n-1)/n m/B) matches the model on 2, 3 and 8 ranks.",
+        differs,
+    )  # fmt: skip
