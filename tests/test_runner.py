@@ -145,3 +145,22 @@ def test_current_refuses_a_replaced_run():
     runner.start(wait=True)
     with pytest.raises(Cancelled), runner.current(old):
         pass
+
+
+def test_an_error_a_cancel_causes_reads_as_cancelled():
+    """A run that answers Cancel with its own error (a search says how many trials it kept)
+    shows "cancelled" with that line, not an error."""
+    started = threading.Event()
+
+    def work(progress, _arg):
+        started.set()
+        progress.cancel_event.wait(10)
+        raise RuntimeError("search stopped, interrupted: 1 finished, 2 never run of 3 trials")
+
+    r = Runner(work)
+    r.run_button.click()
+    assert started.wait(10)
+    r.cancel_button.click()
+    r.thread.join(10)
+    assert "cancelled: search stopped" in r.status.value and "error" not in r.status.value
+    assert r.last_error == ""

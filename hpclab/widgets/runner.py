@@ -156,7 +156,13 @@ class Runner:
         except ConfigError as err:
             line, kind = f"error: {err}", "error"
         except Exception as err:  # noqa: BLE001 - a callback must never spill a traceback
-            line, kind, error = _one_line(err), "error", traceback.format_exc()
+            if progress.cancelled:
+                # what a run raises once Cancel was pressed is the cancel's doing (a search says
+                # what it kept): the student sees "cancelled", with that line
+                first = str(err).splitlines()[0] if str(err) else ""
+                line, kind = f"cancelled: {first}" if first else "cancelled", "info"
+            else:
+                line, kind, error = _one_line(err), "error", traceback.format_exc()
         with self._lock:
             if progress is not self.progress:  # a newer run owns the status now
                 return
