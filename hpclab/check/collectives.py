@@ -6,8 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from hpclab.check import CheckResult, exercise_check, failed, passed
-from hpclab.check.formula import formula_check
+from hpclab.check import CheckResult, exercise_check, failed, formula_check, passed
 from hpclab.ddp.collective_model import model_s
 
 

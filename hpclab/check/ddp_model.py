@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpclab.check import CheckResult, exercise_check, failed
-from hpclab.check.formula import formula_check
+from hpclab.check import CheckResult, exercise_check, failed, formula_check
 
 
 def _busbw(nbytes: float, seconds: float, ranks: int) -> float:
