@@ -300,5 +300,20 @@ def _main(argv: list[str] | None = None) -> int:
         _fail(str(err))
 
 
+def run() -> None:
+    """The ``hpclab`` command: :func:`main`, then exit. Once it has decided to exit, a Ctrl-C
+    that arrives late (or was caught half-way through restoring the handler) must not turn a
+    clean exit into a death by SIGINT: it is ignored while the interpreter shuts down."""
+    import signal
+
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        sys.stderr.write("hpclab: cancelled\n")
+        code = 130
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the process entry: always the main thread
+    raise SystemExit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run()

@@ -40,21 +40,23 @@ def _cmd(p: psutil.Process) -> str:
         return ""
 
 
-def _finished_in_redis(sock: str) -> int:
+def _finished_in_redis(sock: str, seen: set) -> int:
+    """Trials the searcher has collected: results seen in Redis that are gone again (the
+    searcher forgets each result once it holds it)."""
     import redis
 
     try:
         client = redis.Redis(unix_socket_path=sock, socket_timeout=1)
-        return sum(
-            b'"SUCCESS"' in (client.get(k) or b"") for k in client.keys("celery-task-meta-*")
-        )
+        keys = client.keys("celery-task-meta-*")
+        seen.update(k for k in keys if b'"SUCCESS"' in (client.get(k) or b""))
+        return len(seen - set(keys))
     except (redis.exceptions.RedisError, OSError):
         return 0
 
 
 def _search_then(fault, tmp_path, save: bool = False):
     """Start a 30-trial Celery search in the CLI; once one trial has finished, ``fault(redis,
-    workers, cli)``; returns (exit code, stdout JSON, stderr, every process the run started)."""
+    workers, cli)`` (once the searcher holds it: a result still in Redis dies with it); returns (exit code, stdout JSON, stderr, every process the run started)."""
     _need_broker()
     env = dict(os.environ, HPCLAB_RESULTS=str(tmp_path / "store"))
     argv = [sys.executable, "-m", "hpclab.cli", "run", "search", "--backend", "celery",
@@ -62,6 +64,7 @@ def _search_then(fault, tmp_path, save: bool = False):
             "--json", *(["--save"] if save else [])]  # fmt: skip
     cli = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: dict[int, psutil.Process] = {}
+    results: set = set()
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and cli.poll() is None:
@@ -71,7 +74,7 @@ def _search_then(fault, tmp_path, save: bool = False):
             workers = [p for p in procs if "hpclab.search.tasks" in _cmd(p) and "worker" in _cmd(p)]
             if redis and len(workers) == 2:
                 sock = re.search(r"(/\S*hpclab-redis-[^/\s]+)", _cmd(redis[0]))[1] + "/redis.sock"
-                if _finished_in_redis(sock) >= 1:
+                if _finished_in_redis(sock, results) >= 1:
                     t_fault = time.monotonic()
                     fault(redis[0], workers, cli)
                     break

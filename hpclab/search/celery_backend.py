@@ -90,6 +90,12 @@ def _feed(cfg, searcher, progress, url, pool, records, retries) -> None:
                     continue
                 searcher.tell(index, out["val_loss"])
                 records.append(_record(index, params, out, t_submit, time.perf_counter(), t0))
+                # collected: the result now lives here, not in Redis (which stays small); a broker
+                # gone at this moment is noticed by the next poll
+                try:
+                    res.forget()
+                except (RedisError, OSError):
+                    pass
             submit(len(finished))
     except (RedisError, OSError) as exc:
         why = f"the broker (Redis) is gone: {str(exc).splitlines()[0]}"
