@@ -305,7 +305,9 @@ def test_ctrl_c_in_the_parent_stops_every_rank(tmp_path):
         "except KeyboardInterrupt:\n"
         "    print('interrupted', flush=True)\n"
     )
-    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     proc = psutil.Process(parent.pid)
     deadline = time.monotonic() + 30
     while len(proc.children()) < 2 and time.monotonic() < deadline:

@@ -62,7 +62,10 @@ def _search_then(fault, tmp_path, save: bool = False):
     argv = [sys.executable, "-m", "hpclab.cli", "run", "search", "--backend", "celery",
             "--trials", str(TRIALS), "--epochs", "2", "--samples", "200", "--workers", "2",
             "--json", *(["--save"] if save else [])]  # fmt: skip
-    cli = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # its own process group, as a shell gives a command: what its tree signals to its group
+    # never reaches this test process
+    cli = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
     seen: dict[int, psutil.Process] = {}
     results: set = set()
     try:
