@@ -312,7 +312,25 @@ def run() -> None:
         sys.stderr.write("hpclab: cancelled\n")
         code = 130
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the process entry: always the main thread
+    if code == 130:
+        _forget_interrupt()
     raise SystemExit(code)
+
+
+def _forget_interrupt() -> None:
+    """Clear CPython's "unhandled KeyboardInterrupt" mark once the interrupt has been handled.
+
+    CPython sets that mark whenever a KeyboardInterrupt leaves code it runs through its
+    ``PyRun_*`` entry points (some imports do), and never clears it when the interrupt is then
+    caught; under ``python -m`` the interpreter reads it at exit and kills itself with SIGINT,
+    so a handled Ctrl-C ended -2 instead of 130 (about 1 run in 20 when the signal lands in
+    torch's import). Running an empty statement through the same entry point resets the mark."""
+    try:
+        import ctypes
+
+        ctypes.pythonapi.PyRun_SimpleString(b"pass")
+    except (ImportError, AttributeError, OSError):  # not CPython: no such mark
+        pass
 
 
 if __name__ == "__main__":
