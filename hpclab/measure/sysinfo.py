@@ -78,20 +78,25 @@ def cpuinfo() -> dict[str, Any]:
     }
 
 
-def _cgroup(controller: str, name: str) -> list[str]:
-    """File ``name`` in this process's cgroup and all its ancestors, innermost first.
+def cgroup_files(controller: str, name: str, pid: int | str = "self") -> list[tuple[str, str]]:
+    """File ``name`` of process ``pid``'s cgroup and all its ancestors, innermost first, as
+    (path, text) for each one that can be read.
 
     ``controller=""`` reads cgroup v2 (line ``0::/path``); otherwise the v1 hierarchy holding
     that controller (line ``4:memory:/slurm/uid_1/job_2``), mounted at /sys/fs/cgroup/<ctrls>.
     """
-    for line in (read_text("/proc/self/cgroup") or "").splitlines():
+    for line in (read_text(f"/proc/{pid}/cgroup") or "").splitlines():
         _, ctrls, rel = (line.split(":", 2) + ["", ""])[:3]
         if ctrls == controller or (controller and controller in ctrls.split(",")):
             mount = "/sys/fs/cgroup" + (f"/{ctrls}" if ctrls else "")
             parts = [p for p in rel.strip().split("/") if p]
-            paths = ("/".join([mount, *parts[:d], name]) for d in range(len(parts), -1, -1))
-            return [t.strip() for t in map(read_text, paths) if t]
+            paths = ["/".join([mount, *parts[:d], name]) for d in range(len(parts), -1, -1)]
+            return [(path, text.strip()) for path in paths if (text := read_text(path))]
     return []
+
+
+def _cgroup(controller: str, name: str) -> list[str]:
+    return [text for _, text in cgroup_files(controller, name)]
 
 
 def _cgroup_cpus() -> int | None:
@@ -105,7 +110,7 @@ def _cgroup_cpus() -> int | None:
     return max(1, math.floor(min(limits))) if limits else None
 
 
-def _cgroup_mem_gb() -> float | None:
+def cgroup_mem_gb() -> float | None:
     """Memory limit of this cgroup (Slurm --mem, docker --memory) in GiB, or None."""
     texts = _cgroup("", "memory.max") + _cgroup("memory", "memory.limit_in_bytes")
     limits = [int(t) for t in texts if t.isdigit() and int(t) < 2**60]  # v1: ~2**63 = no limit
@@ -342,7 +347,7 @@ def _collect() -> dict[str, Any]:
         "peak_derivation": {k: v["derivation"] for k, v in peaks.items()},
         "mem_total_gb": vm.total / GIB if vm else None,
         "mem_available_gb": vm.available / GIB if vm else None,
-        "mem_limit_gb": _soft(_cgroup_mem_gb),  # the allocation's share; None = no limit
+        "mem_limit_gb": _soft(cgroup_mem_gb),  # the allocation's share; None = no limit
         "shm_gb": shm.f_blocks * shm.f_frsize / GIB if shm else None,
         "scratch": {
             key: _soft(_scratch_entry, path, default={"path": path, "writable": False})

@@ -173,6 +173,21 @@ def _schedule_records(cfg: PipelineConfig, kind: str, outs: list[dict]) -> list[
     return records
 
 
+def check_memory(config: PipelineConfig, device: str, progress: Progress) -> None:
+    """Refuse before starting when the stages and the serial check cannot fit in memory:
+    parameters, gradients and optimizer state (16 bytes per parameter, the worst case) and
+    every micro-batch's activations (kept until its backward), once in the stages and once in
+    the serial reference."""
+    from hpclab.measure.oom import preflight
+
+    w, n = config.width, config.layers
+    params = SIDE * SIDE * w + (n - 2) * w * w + w * 10
+    activations = 2 * 4 * config.batch_size * w * n  # before and after each ReLU, fp32
+    tensors = 2 * (16 * params + activations) if device == "cpu" else 0
+    advice = "use fewer stages, layers or a smaller width or batch"
+    preflight(f"a pipeline of {config.stages} stages", tensors, config.stages, advice, progress)
+
+
 def run_pipeline(config: PipelineConfig, progress: Progress) -> Result:
     from hpclab.dist import place
     from hpclab.measure.sysinfo import usable_cores
@@ -181,6 +196,7 @@ def run_pipeline(config: PipelineConfig, progress: Progress) -> Result:
     # cores and the measured idle time says more about the scheduler than about the pipeline
     where = place(config.stages, config.device)
     device = where.device
+    check_memory(config, device, progress)
     oversubscribed = device == "cpu" and config.stages > usable_cores()
     outs = launch(
         pipeline_worker,

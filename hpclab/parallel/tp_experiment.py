@@ -152,11 +152,27 @@ def tp_worker(ctx: RankContext, cfg: TensorParallelConfig) -> list[dict[str, Any
     return rows
 
 
+def check_memory(config: TensorParallelConfig, device: str, progress: Progress) -> None:
+    """Refuse before starting when the ranks cannot fit in memory: each holds the full layer
+    for the equal-results check (weights, gradient, reference: 12 bytes per weight) and the
+    largest batch's inputs and outputs with their gradients."""
+    from hpclab.measure.oom import preflight
+
+    d_in, d_out, b = config.in_features, config.out_features, max(config.batch_sizes)
+    per_rank = 12 * d_in * d_out + 16 * b * (d_in + d_out)
+    tensors = config.ranks * per_rank if device == "cpu" else 0
+    advice = "use fewer ranks, fewer features or smaller batches"
+    preflight(
+        f"tensor parallelism on {config.ranks} ranks", tensors, config.ranks, advice, progress
+    )
+
+
 def run_tensor_parallel(config: TensorParallelConfig, progress: Progress) -> Result:
     from hpclab.dist import place
 
     where = place(config.ranks, config.device)
     device = where.device
+    check_memory(config, device, progress)
     outs = launch(
         tp_worker, config.ranks, args=(config,), device=device, progress=progress, deadline_s=600
     )
