@@ -67,7 +67,10 @@ def test_the_pipeline_and_the_celery_pool_are_checked_before_they_start(monkeypa
         exp.run(exp.config.create(stages=8, width=4096, layers=64), Progress())
     exp = get("tensor-parallel")
     with pytest.raises(ConfigError, match=r"tensor parallelism on 8 ranks would need about"):
-        exp.run(exp.config.create(ranks=8, in_features=4096, out_features=4096, batch_sizes=(8,)), Progress())
+        exp.run(
+            exp.config.create(ranks=8, in_features=4096, out_features=4096, batch_sizes=(8,)),
+            Progress(),
+        )
     from hpclab.search.broker import check_workers_fit
 
     with pytest.raises(ConfigError, match=r"16 Celery workers would need"):
