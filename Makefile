@@ -43,7 +43,7 @@ test: install lint
 	$(BIN)/hpclab exercises check
 	$(SLURM_SUDO) bash scripts/local_slurm.sh start || [ "$$HPCLAB_REQUIRE_SLURM" != 1 ]
 	CI=true HPCLAB_QUICK=1 PLOTLY_RENDERER=plotly_mimetype $(BIN)/python -m pytest \
-		tests notebooks solutions -m "not gpu" -p no:cacheprovider -n 2 --dist loadfile \
+		tests notebooks solutions -m "not gpu" -p no:cacheprovider -n 2 --dist loadfile --durations=40 \
 		--nbval-lax --nbval-sanitize-with tests/sanitize.cfg \
 		--ignore=tests/browser/demo_widget.ipynb; \
 	rc=$$?; $(SLURM_SUDO) bash scripts/local_slurm.sh stop; exit $$rc

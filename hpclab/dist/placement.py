@@ -35,7 +35,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from hpclab.config import ConfigError
-from hpclab.measure.sysinfo import usable_cores
+from hpclab.measure.sysinfo import usable_cores, usable_cpu_ids
 
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "none", "gloo", "nccl")
@@ -147,10 +147,7 @@ def rank_cores(
     may use) or fewer than one a rank."""
     cpus = tuple(sorted(set(cpus)))
     if allowed is None:
-        try:
-            allowed = os.sched_getaffinity(0)
-        except (AttributeError, OSError):  # no affinity on this system: every core is allowed
-            allowed = set(range(os.cpu_count() or 1))
+        allowed = set(usable_cpu_ids())
     if not cpus or not set(cpus) <= allowed:
         raise LaunchError(
             f"cpus={list(cpus)} must be a non-empty set of the cores this process may use; "

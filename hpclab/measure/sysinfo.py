@@ -121,10 +121,20 @@ def core_limits() -> dict[str, int | None]:
     """Each limit on the cores this process may use: node, affinity, cgroup quota, Slurm."""
     return {
         "node": os.cpu_count(),
-        "affinity": _soft(lambda: len(os.sched_getaffinity(0))),
+        "affinity": _soft(lambda: len(usable_cpu_ids())),
         "cgroup": _soft(_cgroup_cpus),
         "slurm_cpus_per_task": _soft(lambda: int(os.environ["SLURM_CPUS_PER_TASK"])),
     }
+
+
+def usable_cpu_ids() -> list[int]:
+    """The logical CPUs this process may run on (its affinity set; every CPU where the system
+    has no affinity): the one place core ids are read. :func:`usable_cores` counts the usable
+    ones, which a cgroup quota or Slurm can make fewer than this set."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return list(range(os.cpu_count() or 1))
 
 
 def usable_cores() -> int:
@@ -140,7 +150,7 @@ def physical_cores(cpus: Iterable[int] | None = None, sysfs: str | None = None) 
     counts cores, not logical CPUs: distinct (``physical_package_id``, ``core_id``) pairs of
     sysfs's topology. None where sysfs has no topology (then the logical count stands in).
     """
-    cpus = os.sched_getaffinity(0) if cpus is None else cpus
+    cpus = usable_cpu_ids() if cpus is None else cpus
     sysfs = sysfs or CPU_SYSFS
     cores = set()
     for cpu in cpus:

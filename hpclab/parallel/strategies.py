@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from hpclab.axes import DOUBLING
 from hpclab.config import Config, param
-from hpclab.ddp.cost_model import DEFAULT_LINK_EFFICIENCY, LINKS, _slowest, ring_allreduce_s
+from hpclab.ddp.cost_model import DEFAULT_LINK_EFFICIENCY, LINKS, ring_allreduce_s, slowest_link
 from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
@@ -60,7 +60,7 @@ def _link(cfg: StrategyModelConfig, n: int) -> tuple[float, float]:
     """(alpha_s, bytes/s) of a ring over n GPUs: the node's link, or the network beyond it."""
     chosen = LINKS[cfg.link]
     if n > cfg.gpus_per_node:
-        chosen = _slowest(chosen, LINKS[cfg.network])
+        chosen = slowest_link(chosen, LINKS[cfg.network])
     return chosen.alpha_us * 1e-6, chosen.bandwidth_gbps * DEFAULT_LINK_EFFICIENCY * 1e9
 
 

@@ -79,7 +79,7 @@ def model_bytes_per_rank(mode: str, batch: int, d_in: int, d_out: int, p: int) -
 
 def _dp_step(ctx: RankContext, layer: torch.nn.Linear, x, dy, tally: CommTally) -> None:
     """Data parallel on one layer: my 1/p of the batch, then average the gradients."""
-    from hpclab.parallel.tensor_parallel import _all_reduce
+    from hpclab.parallel.tensor_parallel import all_reduce_sum
 
     p = ctx.world_size
     mine, dmine = x.chunk(p)[ctx.rank], dy.chunk(p)[ctx.rank]
@@ -87,7 +87,7 @@ def _dp_step(ctx: RankContext, layer: torch.nn.Linear, x, dy, tally: CommTally) 
     # the loss is the sum over the whole batch (dy given), so gradients add, not average
     F.linear(mine, layer.weight, layer.bias).backward(dmine)
     for t in (layer.weight.grad, layer.bias.grad):
-        t.copy_(_all_reduce(t, tally))
+        t.copy_(all_reduce_sum(t, tally))
 
 
 def tp_worker(ctx: RankContext, cfg: TensorParallelConfig) -> list[dict[str, Any]]:

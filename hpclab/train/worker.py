@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
 import time
 from typing import Any
 
@@ -34,6 +33,7 @@ from torch import nn
 
 from hpclab.dist import RankContext
 from hpclab.measure.cpu_share import measure_cpu_share
+from hpclab.measure.sysinfo import usable_cpu_ids
 from hpclab.measure.timing import time_fn
 from hpclab.train.cost import Checkpointed, flops_per_sample
 from hpclab.train.optim import make_optimizer, make_schedule
@@ -174,7 +174,7 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
         "step_s_iqr": timing.iqr_s,
         "step_s_min": timing.min_s,
         "step_s_max": timing.max_s,
-        "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [],
+        "cpus": usable_cpu_ids(),
         "cpu_share": share.value.to_dict(),
         "first_step_at": first_step_at[0],
         "loss_first": losses[0],
