@@ -26,6 +26,7 @@ import torch
 from hpclab.config import Config, ConfigError, param
 from hpclab.display import figure
 from hpclab.dist import RankContext, launch
+from hpclab.dist.placement import DEVICES
 from hpclab.parallel.pipeline import (
     SCHEDULES,
     PipelineStage,
@@ -56,7 +57,7 @@ class PipelineConfig(Config):
     steps: int = param(6, min=1, max=200, quick=3, help="timed steps per schedule and round")
     rounds: int = param(2, min=1, max=20, quick=1, help="interleaved rounds over the schedules")
     check_steps: int = param(2, min=1, max=20, help="steps of the equal-to-serial check")
-    device: str = param("auto", choices=("auto", "cpu", "cuda"), help="GPUs if enough, else CPU")
+    device: str = param("auto", choices=DEVICES, help="GPUs if enough, else CPU")
 
     def check(self) -> None:
         if self.batch_size % self.micro_batches:

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from hpclab.config import Config, ConfigError, param
 from hpclab.display import figure
 from hpclab.dist import RankContext, launch
+from hpclab.dist.placement import DEVICES
 from hpclab.measure.timing import time_fn
 from hpclab.parallel.tensor_parallel import ColumnParallelLinear, CommTally, RowParallelLinear
 from hpclab.progress import Progress
@@ -45,7 +46,7 @@ class TensorParallelConfig(Config):
         (16, 64, 256, 1024), min=1, max=65536, quick=(16, 256), help="batches (rows of x)"
     )
     repeat: int = param(5, min=1, max=100, quick=3, help="timed forward+backward per point")
-    device: str = param("auto", choices=("auto", "cpu", "cuda"), help="GPUs if enough, else CPU")
+    device: str = param("auto", choices=DEVICES, help="GPUs if enough, else CPU")
 
     def check(self) -> None:
         for name in ("in_features", "out_features"):
