@@ -30,7 +30,7 @@ TOPICS = (  # one module here per check module of hpclab/check/
     "sgd",
     "ssp",
     "ddp",
-    "ddp_model",
+    "cost_model",
     "collectives",
     "parallel",
     "cluster",
