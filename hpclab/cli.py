@@ -96,6 +96,22 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if any(c.level == "fail" for c in checks) else 0
 
 
+def _list_experiments() -> int:
+    """``hpclab run --list``: every experiment by chapter; a module that did not load, on stderr."""
+    from hpclab import experiments
+
+    registry = experiments.registry()
+    for name, exp in sorted(registry.items(), key=lambda kv: (kv[1].chapter, kv[0])):
+        print(f"{name:<20} ch{exp.chapter}  {exp.help}")
+    for module, reason in experiments.unavailable().items():
+        print(
+            f"{module} did not load ({reason}); its experiments are missing: "
+            "reinstall with `pip install -e .`",
+            file=sys.stderr,
+        )
+    return 0
+
+
 def _cmd_run(argv: list[str]) -> int:
     from hpclab import experiments
 
@@ -107,16 +123,7 @@ def _cmd_run(argv: list[str]) -> int:
     if known.list or not known.name:
         if known.name is None and not known.list and not known.help:
             _fail("hpclab run needs an experiment name; try `hpclab run --list`")
-        registry = experiments.registry()
-        for name, exp in sorted(registry.items(), key=lambda kv: (kv[1].chapter, kv[0])):
-            print(f"{name:<20} ch{exp.chapter}  {exp.help}")
-        for module, reason in experiments.unavailable().items():
-            print(
-                f"{module} did not load ({reason}); its experiments are missing: "
-                "reinstall with `pip install -e .`",
-                file=sys.stderr,
-            )
-        return 0
+        return _list_experiments()
     try:
         exp = experiments.get(known.name)
     except ConfigError as err:
