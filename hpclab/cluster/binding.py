@@ -80,6 +80,44 @@ def read_ranks(out_dir: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(Path(out_dir).glob("rank-*.json"))]
 
 
+# (layout, torch threads per rank): the cases of chapter 07's section 6 and the benchmark
+CASES = (("same core", 1), ("own cores", 1), ("own cores", 2))
+
+
+def run_binding(cluster, site, work: int, cases=CASES) -> list[dict]:  # noqa: ANN001
+    """One job of two ranks on one node (one core each) that runs each case as a step; one
+    record per rank and case: its CPUs, mask, torch threads and seconds for ``work`` products."""
+    from hpclab.cluster.runner import new_workdir, submit
+    from hpclab.cluster.spec import JobSpec
+
+    root = new_workdir("binding")
+    cmds = []
+    for i, (layout, threads) in enumerate(cases):
+        (root / f"case{i}").mkdir(mode=0o700)
+        cmds += binding_commands(layout, work, threads, str(root / f"case{i}"))
+    spec = JobSpec(name="binding", ntasks_per_node=2, cpus_per_task=1, mem="1G")
+    submit(cluster, site, spec, cmds, workdir=root).result(timeout_s=300)
+    return [
+        {"step": i, "layout": layout, **rank}
+        for i, (layout, _) in enumerate(cases)
+        for rank in read_ranks(root / f"case{i}")
+    ]
+
+
+def slowdown(records: list[dict], case: tuple[str, int], base: tuple[str, int]) -> float:
+    """The slowest rank's seconds in ``case`` over those in ``base`` (a case run in several
+    steps counts its best step: other users' load only ever slows a step down)."""
+
+    def best(c: tuple[str, int]) -> float:
+        steps: dict[int, float] = {}
+        for r in records:
+            if (r["layout"], r["threads"]) == c:
+                steps[r["step"]] = max(steps.get(r["step"], 0.0), r["seconds"])
+        return min(steps.values())
+
+    return best(case) / best(base)
+
+
 def spin(work: int, threads: int) -> float:
     """Seconds for ``work`` 256x256 fp32 products on ``threads`` torch threads (after a warm-up)."""
     import torch
@@ -97,8 +135,13 @@ def main(argv: list[str]) -> None:
     out, work, threads = argv[0], int(argv[1]), int(argv[2])
     rank = os.environ.get("SLURM_PROCID", "0")
     before = sorted(os.sched_getaffinity(0))
+    cpu0 = time.process_time()
     seconds = spin(work, threads)
+    # CPU seconds beside wall seconds: a rank sharing its core (with a peer or other users'
+    # processes) gets its CPU time spread over a longer wall time
+    cpu_s = time.process_time() - cpu0
     report = {"rank": int(rank), "cpus": before, "mask": mask(before), "seconds": seconds}
+    report["cpu_s"] = cpu_s
     report |= {"threads": threads, "node": os.environ.get("SLURMD_NODENAME", "")}
     Path(out.replace("%t", rank)).write_text(json.dumps(report))
 
