@@ -65,6 +65,10 @@ def _cuda_visible(info: dict[str, Any]) -> Check:
             "CUDA_VISIBLE_DEVICES is set but empty: every GPU is hidden",
             "unset CUDA_VISIBLE_DEVICES, or list the GPUs to use",
         )
+    if (cvd and "MIG-" in cvd) or os.environ.get("CUDA_MPS_PIPE_DIRECTORY"):
+        from hpclab.cluster.gpu_sharing import sharing  # chapter 07: MIG and MPS
+
+        return Check("cuda_visible_devices", "ok", sharing()["text"])
     return Check("cuda_visible_devices", "ok", f"CUDA_VISIBLE_DEVICES={cvd!r}" if cvd else "unset")
 
 

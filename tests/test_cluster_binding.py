@@ -34,6 +34,28 @@ def test_dependency_is_validated_and_rendered():
             JobSpec(dependency=bad)
 
 
+def test_gpu_sharing_says_mig_mps_or_whole_gpus(monkeypatch):
+    from hpclab.cluster.gpu_sharing import H100_MIG, MODES, sharing
+    from hpclab.doctor import _cuda_visible
+
+    mig = {"CUDA_VISIBLE_DEVICES": "MIG-4f0e4d6c-6c5a-5b0e-9f4f-1a2b3c4d5e6f"}
+    assert sharing(mig)["kind"] == "mig" and "MIG slice MIG-4f0e4d6c-6c5" in sharing(mig)["text"]
+    mps = {"CUDA_VISIBLE_DEVICES": "0", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25"}
+    assert sharing(mps)["kind"] == "mps" and "at most 25% of the SMs" in sharing(mps)["text"]
+    assert sharing({"CUDA_VISIBLE_DEVICES": "0,1"})["kind"] == "whole"
+    assert (
+        sharing({})["kind"] == "none" and "empty" in sharing({"CUDA_VISIBLE_DEVICES": ""})["text"]
+    )
+    # MIG isolates memory, faults and bandwidth; MPS none of the three fully
+    by_way = {m["way"].split(" ")[0]: m for m in MODES}
+    assert (by_way["MIG"]["faults"], by_way["MIG"]["bandwidth"]) == ("yes", "yes")
+    assert (by_way["MPS"]["faults"], by_way["MPS"]["bandwidth"]) == ("no", "no")
+    # an H100's slices never add up to more than the GPU: 7 sevenths, 80 GB
+    assert all(n * frac <= 1.0 + 1e-9 and n * gb <= 80 for _, n, frac, gb in H100_MIG)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", mig["CUDA_VISIBLE_DEVICES"])
+    assert "MIG slice" in _cuda_visible({}).message
+
+
 def _doctors(work, pattern):
     return sorted(
         (json.loads(p.read_text()) for p in work.glob(pattern)),
