@@ -9,7 +9,7 @@ import pytest
 
 from hpclab.cluster import local
 from hpclab.cluster.binding import BIND_LINES, cpu_list, mask
-from hpclab.cluster.efficiency import cancel_mine, efficiency_commands, mine, seff
+from hpclab.cluster.efficiency import cancel_mine, mine, seff_of_requests
 from hpclab.cluster.runner import new_workdir, python, submit
 from hpclab.cluster.script import render
 from hpclab.cluster.spec import JobSpec
@@ -91,16 +91,8 @@ def test_each_rank_is_bound_as_doctor_reports_it_inside_the_job(cluster):
 
 def test_seff_of_a_fitting_and_a_wasteful_request(cluster):
     site = local.site_profile(cluster)
-    jobs = {}
-    for name, cpus, mem in (("fits", 1, "400M"), ("wasteful", 2, "2G")):
-        spec = JobSpec(name=name, cpus_per_task=cpus, mem=mem)
-        jobs[name] = (submit(cluster, site, spec, efficiency_commands(1.0, 150)), spec)
-    runs = {}
-    for name, (job, spec) in jobs.items():  # both run at once, on the two nodes
-        job.result(timeout_s=120)
-        runs[name] = seff(job, spec)
-        print(runs[name].report())
-    fits, waste = runs["fits"], runs["wasteful"]
+    specs = [JobSpec(name="fits", mem="400M"), JobSpec(name="wasteful", cpus_per_task=2, mem="2G")]
+    fits, waste = seff_of_requests(cluster, site, specs, 1.0, 150)  # both at once, two nodes
     for eff in (fits, waste):
         assert eff.cpu_s >= 1.0  # the work computes for 1 CPU second, measured by the kernel
         assert eff.maxrss_mb >= 150  # and holds 150 MB (every page touched)

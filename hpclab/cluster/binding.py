@@ -82,6 +82,7 @@ def read_ranks(out_dir: Path) -> list[dict]:
 
 # (layout, torch threads per rank): the cases of chapter 07's section 6 and the benchmark
 CASES = (("same core", 1), ("own cores", 1), ("own cores", 2))
+QUICK_CASES = (("same core", 0), ("own cores", 0))  # pure Python: no torch import per rank
 
 
 def run_binding(cluster, site, work: int, cases=CASES) -> list[dict]:  # noqa: ANN001
@@ -104,6 +105,19 @@ def run_binding(cluster, site, work: int, cases=CASES) -> list[dict]:  # noqa: A
     ]
 
 
+def binding_table(records: list[dict]):  # noqa: ANN201 - a pandas DataFrame
+    """The records as a table: case, rank, its CPUs and mask, wall and CPU seconds."""
+    import pandas as pd
+
+    rows = [
+        {"layout": r["layout"], "threads": r["threads"], "rank": r["rank"]}
+        | {"cpus": cpu_list(r["cpus"]), "mask": r["mask"]}
+        | {"seconds": round(r["seconds"], 2), "cpu_s": round(r["cpu_s"], 2)}
+        for r in records
+    ]
+    return pd.DataFrame(rows).set_index(["layout", "threads", "rank"])
+
+
 def slowdown(records: list[dict], case: tuple[str, int], base: tuple[str, int]) -> float:
     """The slowest rank's seconds in ``case`` over those in ``base`` (a case run in several
     steps counts its best step: other users' load only ever slows a step down)."""
@@ -119,7 +133,16 @@ def slowdown(records: list[dict], case: tuple[str, int], base: tuple[str, int]) 
 
 
 def spin(work: int, threads: int) -> float:
-    """Seconds for ``work`` 256x256 fp32 products on ``threads`` torch threads (after a warm-up)."""
+    """Seconds for ``work`` 256x256 fp32 products on ``threads`` torch threads (after a warm-up);
+    ``threads=0``: the same count of pure-Python loops of 20 000 additions, without importing
+    torch (a quick case: a rank's start costs no torch import)."""
+    if threads == 0:
+        t0 = time.perf_counter()
+        x = 0
+        for _ in range(work):
+            for i in range(20000):
+                x += i
+        return time.perf_counter() - t0
     import torch
 
     torch.set_num_threads(threads)

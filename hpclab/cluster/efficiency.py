@@ -31,6 +31,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from hpclab.cluster.profiles import SiteProfile
 from hpclab.cluster.slurm import Cluster, Job
 from hpclab.cluster.spec import JobSpec, mem_mb
 
@@ -112,6 +113,21 @@ def seff(job: Job, spec: JobSpec) -> Efficiency:
         maxrss_mb=max(float(t[2]) for t in tasks),
         sstat_maxrss_mb=max(sstat) if sstat else None,
     )
+
+
+def seff_of_requests(
+    cluster: Cluster, site: SiteProfile, specs: list[JobSpec], cpu_s: float, mb: int
+) -> list[Efficiency]:
+    """The same work (``cpu_s`` CPU seconds on one core, ``mb`` MB) under each request in
+    ``specs``, submitted at once; seff's figures of each, in order."""
+    from hpclab.cluster.runner import submit
+
+    jobs = [submit(cluster, site, spec, efficiency_commands(cpu_s, mb)) for spec in specs]
+    out = []
+    for job, spec in zip(jobs, specs, strict=True):
+        job.result(timeout_s=120)
+        out.append(seff(job, spec))
+    return out
 
 
 def mine(cluster: Cluster, user: str | None = None) -> list[dict]:
