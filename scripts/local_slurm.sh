@@ -190,6 +190,8 @@ write_conf() {
 
 healthy() {
   [ -s "$CONF" ] || return 1
+  # a cluster started by an older version of this script (no accounting gathering) is restarted
+  grep -q '^JobAcctGatherType=jobacct_gather/linux$' "$CONF" || return 1
   alive "$(pid_of "$RUN/munged.pid")" || return 1
   alive "$(pid_of "$RUN/slurmctld.pid")" || return 1
   local n
