@@ -5,7 +5,8 @@ kernel may put two busy ranks on one core while another core idles, and every th
 in a rank (OpenMP in torch, MKL, BLAS) starts one thread per core it can see. Slurm binds
 tasks with ``srun --cpu-bind`` (``cores``: each task on its own cores; ``map_cpu:0,1``: task
 *i* on CPU *i* of the list; ``verbose`` prints each mask), and ``--hint=nomultithread`` gives
-whole cores, not hardware threads, on nodes with SMT. Open MPI's equivalent is Guan 2019's
+whole cores, not hardware threads, on nodes with SMT; ``--gpus-per-task=1 --gpu-bind=closest``
+gives each rank the GPU nearest its cores. Open MPI's equivalent is Guan 2019's
 launch line ``mpirun -bind-to core -map-by slot:PE=16 -report-bindings``: each rank bound to
 cores, ``PE=16`` processing elements (cores) per rank in slot order, and the masks printed at
 start: one rank per 16 cores, whose 16 threads never migrate onto another rank's cores.
