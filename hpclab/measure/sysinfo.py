@@ -45,7 +45,7 @@ SIMD_FLAGS = frozenset(
 CPU_SYSFS = "/sys/devices/system/cpu"
 SLURM_VARS = tuple(
     "SLURM_JOB_ID SLURM_JOB_NODELIST SLURM_CPUS_PER_TASK SLURM_GPUS_ON_NODE SLURM_NTASKS "
-    "SLURM_JOB_PARTITION".split()
+    "SLURM_JOB_PARTITION SLURM_PROCID".split()
 )
 
 
@@ -348,6 +348,8 @@ def _collect() -> dict[str, Any]:
         "cores_usable": cores,
         "cores_usable_sources": sources,
         "cores_physical": physical,
+        # which CPUs exactly (chapter 07's binding): two ranks on one list share those cores
+        "cpus_allowed": _soft(lambda: sorted(os.sched_getaffinity(0)), default=[]),
         "simd": sorted(SIMD_FLAGS.intersection(cpu["flags"])),
         "clock_ghz": ghz,
         "clock_method": method,
