@@ -134,7 +134,9 @@ def run_throughput(config: ThroughputConfig, progress: Progress) -> Result:
                 "threads": threads,
                 "data": config.data,
                 **rec,
-                **mfu_fields(rec["flops_per_sample"], rec["samples_per_s"], device, threads=threads),
+                **mfu_fields(
+                    rec["flops_per_sample"], rec["samples_per_s"], device, threads=threads
+                ),
                 **ceilings[device, t],
             }
         )

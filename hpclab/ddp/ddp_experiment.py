@@ -111,8 +111,13 @@ def _record(cfg: DDPConfig, ranks: int, outs: list[dict], started: float) -> dic
         "loss_last": r0["loss_last"],
         "startup_s": r0["first_step_at"] - started,
         # model FLOPs utilisation over every rank's cores or GPUs (chapter 01)
-        **mfu_fields(r0["flops_per_sample"], global_batch / step, r0["device"],
-                     threads=r0["threads"], devices=ranks),  # fmt: skip
+        **mfu_fields(
+            r0["flops_per_sample"],
+            global_batch / step,
+            r0["device"],
+            threads=r0["threads"],
+            devices=ranks,
+        ),  # noqa: E501
     }
 
 
