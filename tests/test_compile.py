@@ -30,6 +30,7 @@ def test_compile_measures_speedup_and_the_planted_graph_break_and_leaves_no_work
     assert compiled["graph_breaks"] == 1 and compiled["graphs"] == 2
     assert "generic_jump" in compiled["break_reasons"] or compiled["break_reasons"] != "none"
     # Inductor compiled in this process: no compile-worker pool outlives the run
+    assert eager["compile_threads"] == compiled["compile_threads"] == 1
     after = psutil.Process().children(recursive=True)
     assert [p.name() for p in after if p.pid not in before] == []
     assert os.environ.get("TORCHINDUCTOR_COMPILE_THREADS") == env

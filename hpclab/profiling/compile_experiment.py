@@ -44,7 +44,7 @@ FEATURES = 784  # 28 x 28 MNIST-like images, flattened
 
 @dataclass(frozen=True)
 class CompileConfig(Config):
-    model: str = param("large", choices=MLP_MODELS, help="hpclab.train MLP")
+    model: str = param("large", choices=MLP_MODELS, quick="tiny", help="hpclab.train MLP")
     batch_size: int = param(256, min=1, max=65536, quick=64, help="samples per step")
     modes: tuple = param(("default",), choices=MODES, help="torch.compile modes beside eager")
     steps: int = param(20, min=2, max=10000, quick=6, help="timed steps per mode")
@@ -149,8 +149,11 @@ def measure(
             f"{ref_loss:.6g}, weights by {diff:.3g}); not timing a wrong result"
         )
     timing = time_fn(lambda: train_step(step, opt, x, y), device=device, warmup=2, repeat=steps)
+    import torch._inductor.config as inductor
+
     return {
         "mode": mode,
+        "compile_threads": inductor.compile_threads,  # 1: compiled in this process
         "compile_s": 0.0 if mode == "eager" else max(0.0, first_s - timing.median_s),
         "step_s": timing.median_s,
         "step_s_iqr": timing.iqr_s,
