@@ -15,20 +15,17 @@ from hpclab import experiments
 from hpclab.profiling import compile_experiment as C
 
 
-def test_compile_measures_speedup_and_the_planted_graph_break_and_leaves_no_worker():
+def test_compile_measures_speedup_and_leaves_no_worker():
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     env = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")
-    res = experiments.run(
-        "compile", model="tiny", batch_size=32, steps=3, graph_break=True, references=False
-    )
+    # chapter 03's quick-mode run (same model and batch: Inductor's disk cache serves both)
+    res = experiments.run("compile", model="tiny", batch_size=64, steps=3, references=False)
     eager, compiled = res.records
     assert (eager["mode"], compiled["mode"]) == ("eager", "default")
     assert eager["speedup"] == 1.0 and eager["compile_s"] == 0.0
     assert compiled["speedup"] == pytest.approx(eager["step_s"] / compiled["step_s"])
     assert compiled["compile_s"] > 0 and compiled["samples_per_s"] > 0
-    # the Python branch on a tensor's value splits the forward into two graphs
-    assert compiled["graph_breaks"] == 1 and compiled["graphs"] == 2
-    assert "generic_jump" in compiled["break_reasons"] or compiled["break_reasons"] != "none"
+    assert compiled["graph_breaks"] == 0 and compiled["graphs"] == 1
     # Inductor compiled in this process: no compile-worker pool outlives the run
     assert eager["compile_threads"] == compiled["compile_threads"] == 1
     after = psutil.Process().children(recursive=True)
@@ -37,10 +34,15 @@ def test_compile_measures_speedup_and_the_planted_graph_break_and_leaves_no_work
     experiments.get("compile").plot(res)
 
 
-def test_the_plain_model_has_no_graph_break():
+def test_the_planted_branch_breaks_the_graph_in_two():
     x, _ = C.batch(4, "cpu")
-    found = C.graph_breaks(C.build("tiny", False, "cpu"), x)
-    assert found == {"graphs": 1, "graph_breaks": 0, "break_reasons": "none"}
+    assert C.graph_breaks(C.build("tiny", False, "cpu"), x) == {
+        "graphs": 1, "graph_breaks": 0, "break_reasons": "none"
+    }  # fmt: skip
+    # a Python branch on a tensor's value: one graph before it, one after
+    found = C.graph_breaks(C.build("tiny", True, "cpu"), x)
+    assert found["graphs"] == 2 and found["graph_breaks"] == 1
+    assert found["break_reasons"] != "none"
 
 
 def test_without_a_cpp_compiler_the_run_says_so_and_times_eager(monkeypatch):
