@@ -2,8 +2,8 @@
 
 Both sides train the same model (``hpclab.train``'s ``large`` MLP, 784-1024-1024-10, batch 256)
 on the CPU with ``TORCHINDUCTOR_COMPILE_THREADS=1``, in interleaved rounds (eager through
-hpclab, compiled through hpclab, compiled by the plain loop below, which goes first every other round), so that background load hits
-all three alike. Each round gives a speed-up and a ratio; the medians are reported with their
+hpclab, compiled through hpclab, compiled by the plain loop below, which goes first every other
+round), so that background load hits all three alike. Each round gives a speed-up and a ratio; the medians are reported with their
 range over the rounds.
 
 1. speed-up = eager step / compiled step (``hpclab run compile``'s figure); goal >= 1.
