@@ -69,6 +69,22 @@ class Placement:
     note: str
     cpus: tuple[tuple[int, ...], ...] = ()  # per rank: the cores it is pinned to (() = unpinned)
 
+    def pin_memory(self, requested: bool = True) -> tuple[bool, str]:
+        """Whether a DataLoader feeding these ranks may pin its batches, and if not, why
+        (chapter 04). Pinned (page-locked) host memory lets a copy to a GPU run asynchronously
+        (chapter 02). It needs a CUDA build of PyTorch and a GPU: a CPU build raises on
+        ``pin_memory=True``, and with ranks on the CPU nothing is copied to a GPU."""
+        import torch
+
+        if not requested:
+            return False, ""
+        if self.device != "cuda":
+            why = "these ranks run on the CPU, so no batch is copied to a GPU"
+            if torch.version.cuda is None:
+                why = "this PyTorch build has no CUDA (pinning needs it)"
+            return False, f"pin_memory=True not possible here: {why}; loading unpinned"
+        return True, ""
+
 
 def _too_few_gpus(ranks: int, gpus: int) -> str:
     if ranks == 1:

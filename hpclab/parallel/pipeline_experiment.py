@@ -228,6 +228,8 @@ def plot_pipeline(result: Result):
     """Per-rank timeline of each schedule's fastest step: forward, backward, and the gaps."""
     from plotly.subplots import make_subplots
 
+    from hpclab.timeline import add_spans
+
     rows = [r for r in result.records if r.get("kind") == "schedule"]
     fig = make_subplots(
         rows=len(rows),
@@ -249,17 +251,17 @@ def plot_pipeline(result: Result):
         ]
         for op, label in (("F", "forward"), ("B", "backward")):
             mine = [e for e in events if e["pass"] == op]
-            fig.add_bar(
-                y=[f"rank {e['rank']}" for e in mine],
-                x=[(e["end_s"] - e["start_s"]) * 1e3 for e in mine],
-                base=[e["start_s"] * 1e3 for e in mine],
-                orientation="h",
-                marker={"color": colors[op], "line": {"color": "white", "width": 1}},
-                text=[str(e["micro_batch"]) for e in mine],
+            add_spans(
+                fig,
+                [f"rank {e['rank']}" for e in mine],
+                [e["start_s"] * 1e3 for e in mine],
+                [(e["end_s"] - e["start_s"]) * 1e3 for e in mine],
                 name=label,
+                color=colors[op],
+                text=[str(e["micro_batch"]) for e in mine],
+                hover="micro-batch %{text}: from %{base:.2f} ms, %{x:.2f} ms long<extra></extra>",
                 legendgroup=op,
                 showlegend=k == 1,
-                hovertemplate="micro-batch %{text}: from %{base:.2f} ms, %{x:.2f} ms long<extra></extra>",
                 row=k,
                 col=1,
             )
