@@ -167,16 +167,20 @@ def forward_backward(
     y: torch.Tensor,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy,
     scale: float = 1.0,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> torch.Tensor:
     """Forward, loss and backward for one (micro-)batch; gradients add into ``.grad``.
 
     ``scale`` weights this chunk's loss (``len(chunk) / len(batch)`` for gradient accumulation,
-    so the summed gradients equal the full batch's mean-loss gradient). Returns the unscaled
-    loss, detached (no device sync). On a DDP model the gradient all-reduce runs inside
-    ``backward`` (chapter 06), overlapped with the rest of the backward pass.
+    so the summed gradients equal the full batch's mean-loss gradient). ``scaler`` (fp16, chapter
+    09) multiplies the loss by its loss scale before backward, so small gradients stay above
+    fp16's smallest number; the gradients come out scaled and the scaler's ``step`` unscales
+    them. Returns the unscaled loss, detached (no device sync). On a DDP model the gradient
+    all-reduce runs inside ``backward`` (chapter 06), overlapped with the rest of backward.
     """
     loss = loss_fn(model(x), y)
-    (loss * scale if scale != 1.0 else loss).backward()
+    weighted = loss * scale if scale != 1.0 else loss
+    (scaler.scale(weighted) if scaler is not None else weighted).backward()
     return loss.detach()
 
 
@@ -189,6 +193,7 @@ def train_step(
     micro_batches: int = 1,
     lock: contextlib.AbstractContextManager | None = None,
     after_backward: Callable[[nn.Module], None] | None = None,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> float:
     """One SGD step: forward, loss, backward, update. Returns the loss (a float: syncs device).
 
@@ -203,21 +208,26 @@ def train_step(
     ``micro_batches=k`` splits the batch into ``k`` chunks whose gradients accumulate before the
     one update (gradient accumulation, chapter 06). On a DDP model all chunks but the last run
     under ``model.no_sync()``, so gradients are all-reduced once per step, not once per chunk.
+
+    ``scaler`` (a ``torch.amp.GradScaler``, for fp16: chapter 09) scales the loss before
+    backward; its ``step`` unscales the gradients and skips the update when one is inf/NaN,
+    and ``update`` adjusts the scale (halved after an overflow, doubled after 2000 good steps).
     """
     if micro_batches < 1 or micro_batches > len(x):
         raise ValueError(f"micro_batches={micro_batches} must be in 1..{len(x)} (the batch size)")
     optimizer.zero_grad(set_to_none=True)
     if micro_batches == 1:  # the common case, kept lean: chapter 05's steps take ~0.2 ms
-        total = forward_backward(model, x, y, loss_fn)
+        total = forward_backward(model, x, y, loss_fn, scaler=scaler)
     else:
-        total = _accumulate(model, x, y, loss_fn, micro_batches)
+        total = _accumulate(model, x, y, loss_fn, micro_batches, scaler)
     if after_backward is not None:
         after_backward(model)
-    if lock is None:
-        optimizer.step()
-    else:
-        with lock:
+    with lock if lock is not None else contextlib.nullcontext():
+        if scaler is None:
             optimizer.step()
+        else:
+            scaler.step(optimizer)
+            scaler.update()
     return float(total)
 
 
@@ -227,6 +237,7 @@ def _accumulate(
     y: torch.Tensor,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     micro_batches: int,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> torch.Tensor:
     """Forward/backward over ``micro_batches`` chunks; returns the batch's mean loss."""
     chunks = list(zip(x.chunk(micro_batches), y.chunk(micro_batches), strict=True))
@@ -235,7 +246,7 @@ def _accumulate(
         last = i == len(chunks) - 1
         sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else None
         with sync or model.no_sync():
-            loss = forward_backward(model, xc, yc, loss_fn, scale=len(xc) / len(x))
+            loss = forward_backward(model, xc, yc, loss_fn, len(xc) / len(x), scaler)
         total = total + loss * (len(xc) / len(x))
     return total
 

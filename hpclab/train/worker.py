@@ -136,21 +136,22 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
     if spec.memory_format == "channels_last":
         model = model.to(memory_format=torch.channels_last)
     if spec.checkpoint:
-        model = Checkpointed(model)
+        model = Checkpointed(model, spec.checkpoint_every)
     net = wrap(ctx, model, spec.bucket_cap_mb)
     opt = make_optimizer(spec.optimizer, net.parameters(), spec.lr)
+    scaler = grad_scaler(ctx.device, spec.dtype)
     stream = batches(ctx, spec, data)
     losses: list[float] = []
     first_step_at: list[float] = []
-    total = spec.warmup + spec.steps
+    total, k = spec.warmup + spec.steps, spec.micro_batches
     schedule = make_schedule(spec.schedule, opt, max(1, spec.warmup) + spec.steps, spec.lr_warmup)
 
     def step() -> None:
         if not first_step_at:
             first_step_at.append(time.time())
         x, y = next(stream)
-        with _autocast(ctx.device, spec.dtype):
-            losses.append(train_step(net, opt, x, y, micro_batches=spec.micro_batches))
+        with autocast(ctx.device, spec.dtype):
+            losses.append(train_step(net, opt, x, y, micro_batches=k, scaler=scaler))
         if schedule is not None:
             schedule.step()
         ctx.progress(len(losses), total, f"step {len(losses)}/{total}")
@@ -180,6 +181,7 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
         "loss_first": losses[0],
         "loss_last": losses[-1],
         "lr_last": opt.param_groups[0]["lr"],  # the rate after the schedule's last step
+        "loss_scale": scaler.get_scale() if scaler is not None else 1.0,
         "params": parameter_count(model),
         "flops_per_sample": flops_per_sample(model, spec.side * spec.side),
         "buckets": bucket_count(net),
@@ -192,11 +194,12 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
         # The same step on a private copy: no DDP hooks, no all-reduce, no waiting for peers.
         local = copy.deepcopy(model)
         local_opt = make_optimizer(spec.optimizer, local.parameters(), spec.lr)
+        local_scaler = grad_scaler(ctx.device, spec.dtype)
 
         def local_step() -> None:
             x, y = next(stream)
-            with _autocast(ctx.device, spec.dtype):
-                train_step(local, local_opt, x, y, micro_batches=spec.micro_batches)
+            with autocast(ctx.device, spec.dtype):
+                train_step(local, local_opt, x, y, micro_batches=k, scaler=local_scaler)
 
         out["compute_s"] = time_fn(
             local_step, device=ctx.device, warmup=2, repeat=spec.steps, max_time_s=float("inf")
@@ -206,12 +209,21 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
     return out
 
 
-def _autocast(device: str, dtype: str) -> contextlib.AbstractContextManager:
+def autocast(device: str, dtype: str) -> contextlib.AbstractContextManager:
+    """Where a step runs in ``dtype``: nothing for fp32, else torch's autocast (matrix products
+    in bf16/fp16, weights and their gradients stay fp32: chapter 09)."""
     if dtype == "fp32":
         return contextlib.nullcontext()
-    if dtype != "bf16":
-        raise ValueError(f"dtype={dtype!r} is not a training dtype here; allowed: fp32, bf16")
-    return torch.autocast(device.split(":")[0], dtype=torch.bfloat16)
+    if dtype not in ("bf16", "fp16"):
+        raise ValueError(f"dtype={dtype!r} is not a training dtype here; allowed: fp32, bf16, fp16")
+    half = torch.bfloat16 if dtype == "bf16" else torch.float16
+    return torch.autocast(device.split(":")[0], dtype=half)
+
+
+def grad_scaler(device: str, dtype: str) -> torch.amp.GradScaler | None:
+    """A loss scaler for fp16 (its 5 exponent bits lose gradients under 2**-24 to zero; Micikevicius
+    et al. 2018); ``None`` for fp32 and bf16 (bf16 has fp32's exponent range)."""
+    return torch.amp.GradScaler(device.split(":")[0]) if dtype == "fp16" else None
 
 
 def bucket_count(net: nn.Module) -> int:
