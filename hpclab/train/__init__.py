@@ -16,10 +16,12 @@ from hpclab.train.step import (
     MLP_MODELS,
     MODELS,
     accuracy,
+    autocast,
     digits,
     flat_grad,
     flat_params,
     forward_backward,
+    grad_scaler,
     make_model,
     parameter_count,
     set_flat_params,
@@ -27,12 +29,10 @@ from hpclab.train.step import (
     train_step,
 )
 from hpclab.train.worker import (
-    autocast,
     batches,
     bucket_count,
     dataset,
     ddp_worker,
-    grad_scaler,
     wrap,
 )
 

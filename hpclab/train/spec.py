@@ -46,7 +46,7 @@ class TrainSpec:
     # autocast with a gradient scaler (loss scaling, chapter 09)
     dtype: str = "fp32"
     memory_format: str = "contiguous"  # "channels_last": convolution weights channels-last
-    optimizer: str = "sgd"  # hpclab.train.optim.OPTIMIZERS: sgd, adam, adamw
+    optimizer: str = "sgd"  # hpclab.train.optim.OPTIMIZERS: sgd, sgd-momentum, adam, adamw
     schedule: str = "constant"  # "warmup-decay": linear warm-up over lr_warmup steps, then decay
     lr_warmup: int = 0  # steps of the schedule's warm-up (not the untimed ``warmup`` steps)
     checkpoint: bool = False  # recompute activations in backward (chapter 09)

@@ -23,7 +23,6 @@ is :class:`hpclab.train.TrainSpec`, and :func:`hpclab.train.run_spec` launches i
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
 import time
@@ -40,6 +39,7 @@ from hpclab.train.optim import make_optimizer, make_schedule
 from hpclab.train.spec import TrainSpec
 from hpclab.train.step import (
     flat_params,
+    grad_scaler,
     make_model,
     parameter_count,
     synthetic_images,
@@ -150,8 +150,7 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
         if not first_step_at:
             first_step_at.append(time.time())
         x, y = next(stream)
-        with autocast(ctx.device, spec.dtype):
-            losses.append(train_step(net, opt, x, y, micro_batches=k, scaler=scaler))
+        losses.append(train_step(net, opt, x, y, micro_batches=k, dtype=spec.dtype, scaler=scaler))
         if schedule is not None:
             schedule.step()
         ctx.progress(len(losses), total, f"step {len(losses)}/{total}")
@@ -198,8 +197,9 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
 
         def local_step() -> None:
             x, y = next(stream)
-            with autocast(ctx.device, spec.dtype):
-                train_step(local, local_opt, x, y, micro_batches=k, scaler=local_scaler)
+            train_step(
+                local, local_opt, x, y, micro_batches=k, dtype=spec.dtype, scaler=local_scaler
+            )
 
         out["compute_s"] = time_fn(
             local_step, device=ctx.device, warmup=2, repeat=spec.steps, max_time_s=float("inf")
@@ -207,23 +207,6 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
         ctx.barrier()
     out["allreduce_s"] = time_allreduce(ctx, out["params"]) if spec.measure_allreduce else 0.0
     return out
-
-
-def autocast(device: str, dtype: str) -> contextlib.AbstractContextManager:
-    """Where a step runs in ``dtype``: nothing for fp32, else torch's autocast (matrix products
-    in bf16/fp16, weights and their gradients stay fp32: chapter 09)."""
-    if dtype == "fp32":
-        return contextlib.nullcontext()
-    if dtype not in ("bf16", "fp16"):
-        raise ValueError(f"dtype={dtype!r} is not a training dtype here; allowed: fp32, bf16, fp16")
-    half = torch.bfloat16 if dtype == "bf16" else torch.float16
-    return torch.autocast(device.split(":")[0], dtype=half)
-
-
-def grad_scaler(device: str, dtype: str) -> torch.amp.GradScaler | None:
-    """A loss scaler for fp16 (its 5 exponent bits lose gradients under 2**-24 to zero; Micikevicius
-    et al. 2018); ``None`` for fp32 and bf16 (bf16 has fp32's exponent range)."""
-    return torch.amp.GradScaler(device.split(":")[0]) if dtype == "fp16" else None
 
 
 def bucket_count(net: nn.Module) -> int:
