@@ -26,7 +26,8 @@ def test_the_byte_model_per_parameter_is_the_published_table():
     m = bm.MLP(in_features=64, width=32, depth=3, batch=8)
     assert m.params == (64 * 32 + 32) + (32 * 32 + 32) + (32 * 10 + 10)
     assert bm.parts(m)["activations"] == 4 * 8 * (32 + 32 + 10)
-    assert bm.checkpointed_activations(m, 3) == 4 * 8 * 10  # one segment: the batch is its input
+    # one segment: its input is the batch itself; the loss's output and one generator state
+    assert bm.checkpointed_activations(m, 3) == 4 * 8 * 10 + bm.rng_state_bytes()
 
 
 @pytest.mark.parametrize("optimizer, dtype", [("adam", "fp32"), ("sgd-momentum", "bf16")])
@@ -105,3 +106,23 @@ def test_the_cli_prints_records_with_the_named_fields():
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)["records"]
     assert {"policy", "activation_bytes", "step_s"} <= set(rows[0])
+
+
+def test_k_micro_batches_equal_one_batch_with_one_allreduce_per_step():
+    res = experiments.run("accumulation", ranks=2, micro_batches=(1, 4), batch_size=32, steps=3)
+    by = {r["micro_batches"]: r for r in res.records}
+    assert by[4]["max_diff_vs_one_batch"] <= by[4]["tolerance"]
+    assert by[1]["allreduces_per_step"] == by[4]["allreduces_per_step"] == 1  # not 4
+    # one micro-batch's activations: a quarter of the batch's (the allocator's count)
+    assert by[4]["activation_bytes"] == pytest.approx(by[1]["activation_bytes"] / 4, rel=0.02)
+
+
+def test_the_published_figures_are_bundled_with_their_sources():
+    from hpclab.results import load_reference
+
+    ref = load_reference("memory_published")
+    assert all(r["tier"] == "reference" and r["source"] for r in ref.records)
+    by = {r["figure"]: r for r in ref.records}
+    assert by["bytes per parameter, mixed-precision Adam"]["value"] == bm.bytes_per_param(
+        "adam", "mixed"
+    )

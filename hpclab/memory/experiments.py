@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hpclab.experiments import Experiment
+from hpclab.memory.accumulation import AccumulationConfig, run_accumulation
 from hpclab.memory.anatomy import AnatomyConfig, plot_anatomy, run_anatomy
 from hpclab.memory.checkpointing import (
     CheckpointingConfig,
@@ -35,5 +36,12 @@ EXPERIMENTS = [
         CheckpointingConfig,
         run_checkpointing,
         plot_checkpointing,
+    ),
+    Experiment(
+        "accumulation",
+        "09",
+        "k micro-batches vs one batch: equal weights, all-reduces per step (counted), activations",
+        AccumulationConfig,
+        run_accumulation,
     ),
 ]
