@@ -40,7 +40,7 @@ class CheckpointingConfig(Config):
     )
     side: int = param(28, min=4, max=64, help="images are side x side")
     every: tuple = param((1, 4), min=1, max=64, help="blocks per checkpointed segment to try")
-    steps: int = param(8, min=3, max=1000, quick=4, help="timed steps per policy")
+    steps: int = param(8, min=3, max=1000, quick=3, help="timed steps per policy")
 
     def check(self) -> None:
         for k in self.every:

@@ -58,7 +58,7 @@ class PrecisionConfig(Config):
     width: int = param(256, min=8, max=4096, log=True, quick=128, help="features per layer")
     side: int = param(16, min=4, max=64, help="images are side x side")
     batch_size: int = param(128, min=8, max=8192, log=True, quick=64, help="samples per step")
-    steps: int = param(60, min=2, max=10000, quick=30, help="training steps per precision")
+    steps: int = param(60, min=2, max=10000, quick=20, help="training steps per precision")
     lr: float = param(3e-3, min=1e-6, max=10.0, log=True, help="learning rate")
     optimizer: str = param("adam", choices=OPTIMIZERS, help="optimizer")
     seed: int = param(0, min=0, max=2**31 - 1, help="seed of the weights and the data")
