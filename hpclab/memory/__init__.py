@@ -5,3 +5,19 @@
   memory events on a CPU, the CUDA allocator's counters on a GPU);
 - experiments ``memory-anatomy``, ``precision`` and ``checkpointing``.
 """
+
+REFERENCES = (
+    "zero_memory",
+    "checkpointing_chen",
+    "mixed_precision_guide",
+    "h100_datasheet_tflops",
+    "h200_transformer_step",
+)
+
+
+def published() -> list[dict]:
+    """The chapter's reference tier: the records of its bundled published figures, each with its
+    ``source`` (:func:`hpclab.results.load_reference`)."""
+    from hpclab.results import load_reference
+
+    return [r for name in REFERENCES for r in load_reference(name).records]
