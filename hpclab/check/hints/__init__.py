@@ -36,6 +36,7 @@ TOPICS = (  # one module here per check module of hpclab/check/
     "cluster",
     "search",
     "speed",
+    "memory",
 )
 # What an answer argument may be: a predicate per kind, and the words used when it is not.
 KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
