@@ -32,8 +32,8 @@ def test_the_warmup_decay_schedule_climbs_then_falls_to_zero():
     assert lr_factor("constant", 7, 10, 4) == 1.0
     with pytest.raises(ValueError, match="schedule='cosine' is not known; allowed: constant"):
         TrainSpec(schedule="cosine")
-    with pytest.raises(ValueError, match="optimizer='lamb' is not known; allowed: sgd, adam"):
-        TrainSpec(optimizer="lamb")
+    with pytest.raises(ValueError, match="optimizer='lion' is not known; allowed: sgd, adam"):
+        TrainSpec(optimizer="lion")
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "adamw"])
