@@ -20,9 +20,9 @@ import torch
 
 from hpclab.train.step import digits, synthetic_images
 
-TEACHER_FEATURES = 16  # inputs of the teacher task
-TEACHER_HIDDEN = 32  # the teacher's hidden width
-LABEL_NOISE = 0.1  # share of teacher labels replaced by uniformly random ones
+TEACHER_FEATURES = 8  # inputs of the teacher task
+TEACHER_HIDDEN = 64  # the teacher's hidden width
+LABEL_NOISE = 0.2  # share of teacher labels replaced by uniformly random ones
 CLASSES = 10
 
 
@@ -40,7 +40,7 @@ def teacher_task(
     w2 = torch.randn((TEACHER_HIDDEN, CLASSES), generator=teacher) * 2.0
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn((n, features), generator=gen)
-    y = (torch.tanh(x @ w1 * 0.5) @ w2).argmax(dim=1)
+    y = (torch.tanh(x @ w1 * 2.0) @ w2).argmax(dim=1)
     flip = torch.rand(n, generator=gen) < noise
     y[flip] = torch.randint(0, CLASSES, (int(flip.sum()),), generator=gen)
     return x, y

@@ -14,6 +14,7 @@ first steps' cost is part of the time to accuracy).
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -27,9 +28,11 @@ from hpclab.train.data import features_of, load
 from hpclab.train.optim import make_optimizer, make_schedule
 from hpclab.train.spec import TrainSpec
 from hpclab.train.step import make_model, parameter_count, train_step
-from hpclab.train.worker import batches, bucket_count, replica_divergence, wrap
+from hpclab.train.worker import batches, bucket_count, replica_divergence, time_allreduce, wrap
 
-Probe = Callable[[nn.Module, int], None]  # called at each validation: (model, step)
+GRID = 1.05  # a run to a target validates when the step count has grown by 5 %
+# Called at each validation: probe(model, step, x_train, y_train).
+Probe = Callable[[nn.Module, int, torch.Tensor, torch.Tensor], None]
 
 
 @torch.no_grad()
@@ -47,13 +50,22 @@ def val_accuracy(ctx: RankContext, model: nn.Module, x: torch.Tensor, y: torch.T
     return float(right) / len(x)
 
 
+def validation_grid(steps: int) -> set[int]:
+    """Steps 1, 2, ... each at least :data:`GRID` times the one before, up to ``steps``."""
+    out, k = set(), 1
+    while k <= steps:
+        out.add(k)
+        k = max(k + 1, math.ceil(k * GRID))
+    return out
+
+
 def steps_per_epoch(spec: TrainSpec, ranks: int) -> int:
     return spec.samples // (spec.per_rank_batch * ranks)
 
 
 def train_to_target(ctx: RankContext, spec: TrainSpec, probe: Probe | None = None) -> dict:
-    """Train until the target or ``spec.steps``; ``probe(model, step)`` runs at each
-    validation (the noise-scale measurement, in one process)."""
+    """Train until the target or ``spec.steps``; ``probe(model, step, x, y)`` runs at each
+    validation (the noise-scale measurement)."""
     (x, y), (xv, yv) = load(spec.data, spec.samples, spec.val_samples, spec.side, spec.seed)
     model = make_model(spec.model, features_of(spec.data, spec.side), seed=spec.seed)
     net = wrap(ctx, model.to(ctx.device), spec.bucket_cap_mb)
@@ -62,6 +74,7 @@ def train_to_target(ctx: RankContext, spec: TrainSpec, probe: Probe | None = Non
     stream = batches(ctx, spec, torch.utils.data.TensorDataset(x, y))
     per_epoch = steps_per_epoch(spec, ctx.world_size)
     every = spec.val_every or per_epoch
+    grid = validation_grid(spec.steps) if spec.target_acc else set()
     curve: list[dict[str, float]] = []
     times: list[float] = []
     reached: int | None = None
@@ -74,12 +87,12 @@ def train_to_target(ctx: RankContext, spec: TrainSpec, probe: Probe | None = Non
         if schedule is not None:
             schedule.step()
         times.append(time.perf_counter() - t0)
-        if k % every and k != spec.steps:
+        if k % every and k != spec.steps and k not in grid:
             continue
         acc = val_accuracy(ctx, net, xv, yv)
         curve.append({"step": k, "epoch": k / per_epoch, "val_acc": acc, "train_s": sum(times)})
         if probe is not None:
-            probe(model, k)
+            probe(model, k, x, y)
         ctx.progress(k, spec.steps, f"step {k}: validation accuracy {acc:.3f}")
         if spec.target_acc and acc >= spec.target_acc:
             reached = k
@@ -93,7 +106,9 @@ def train_to_target(ctx: RankContext, spec: TrainSpec, probe: Probe | None = Non
         "step_s": statistics.median(times),
         "step_s_iqr": _iqr(times),
         "compute_s": statistics.median(times),
-        "allreduce_s": 0.0,
+        "allreduce_s": time_allreduce(ctx, parameter_count(model))
+        if spec.measure_allreduce
+        else 0.0,
         "loss_first": float("nan"),
         "loss_last": loss,
         "lr_last": opt.param_groups[0]["lr"],
@@ -111,9 +126,22 @@ def train_to_target(ctx: RankContext, spec: TrainSpec, probe: Probe | None = Non
     }
 
 
-def target_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
-    """:func:`train_to_target` as a rank-side worker for :func:`hpclab.train.run_spec`."""
-    return train_to_target(ctx, spec)
+def target_worker(ctx: RankContext, spec: TrainSpec, noise_every: int = 0) -> dict[str, Any]:
+    """:func:`train_to_target` as a rank-side worker for :func:`hpclab.train.run_spec`; with
+    ``noise_every`` > 0, one process measures the gradient noise scale at every
+    ``noise_every``-th validation (:class:`hpclab.train.noise.NoiseScale`): ``b_simple``."""
+    if not noise_every:
+        return train_to_target(ctx, spec)
+    from hpclab.train.noise import NoiseScale
+
+    noise, gen, seen = NoiseScale(), torch.Generator().manual_seed(spec.seed), [0]
+
+    def probe(model: nn.Module, step: int, x: torch.Tensor, y: torch.Tensor) -> None:
+        seen[0] += 1
+        if seen[0] % noise_every == 0:
+            noise.measure(model, x.to(ctx.device), y.to(ctx.device), gen)
+
+    return train_to_target(ctx, spec, probe) | {"b_simple": noise.b_simple}
 
 
 def _iqr(xs: list[float]) -> float:

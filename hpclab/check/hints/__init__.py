@@ -31,6 +31,7 @@ TOPICS = (  # one module here per check module of hpclab/check/
     "ssp",
     "ddp",
     "ddp_model",
+    "tta",
     "collectives",
     "parallel",
     "cluster",
