@@ -59,21 +59,28 @@ def plot_large_batch(result: Result) -> Any:
     return fig
 
 
-def time_view(records: list[dict[str, Any]]) -> Any:
-    """The scaling explorer's runs to a target: time to the target (and core-hours) per rank
-    count, beside samples per second; a run that never reached it is named, not drawn."""
+@figure
+def plot_time_to_target(result: Result) -> Any:
+    """The time-to-accuracy panel's runs (``ddp`` with a target): time to the target per rank
+    count beside samples per second, a series per run's settings; a run that never reached the
+    target is named in the title, not drawn."""
     from plotly.subplots import make_subplots
 
-    rows = sorted((r for r in records if "time_to_target_s" in r), key=lambda r: r["ranks"])
+    from hpclab.display import run_label
+
+    rows = sorted((r for r in result.records if "time_to_target_s" in r), key=lambda r: r["ranks"])
     fig = make_subplots(rows=1, cols=2, subplot_titles=("time to target (s)", "samples/s"))
-    for tier in ("live", "model"):
-        mine = [r for r in rows if r["tier"] == tier]
+    series: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        label = ", ".join(x for x in (r["tier"], run_label(r, ("ranks",))) if x)
+        series.setdefault(label, []).append(r)
+    for label, mine in series.items():
         x = [r["ranks"] for r in mine]
         fig.add_scatter(x=x, y=[r["time_to_target_s"] for r in mine], mode="markers+lines",
-                        name=f"{tier}: time to target", row=1, col=1)  # fmt: skip
+                        name=label, legendgroup=label, row=1, col=1)  # fmt: skip
         fig.add_scatter(x=x, y=[r["samples_per_s"] for r in mine], mode="markers+lines",
-                        name=f"{tier}: samples/s", row=1, col=2)  # fmt: skip
-    missed = [r["note"] for r in rows if r.get("note") and not r.get("reached", True)]
-    fig.update_layout(title="; ".join(missed) or "Time to the target vs throughput")
-    fig.update_xaxes(title_text="ranks")
+                        name=label, legendgroup=label, showlegend=False, row=1, col=2)  # fmt: skip
+    missed = [r["note"] for r in rows if r.get("note") and r.get("reached") is False]
+    fig.update_layout(title="<br>".join(missed) or "Time to the target vs samples per second")
+    fig.update_xaxes(title_text="ranks", dtick=1)
     return fig
