@@ -59,9 +59,8 @@ def plot_large_batch(result: Result) -> Any:
     return fig
 
 
-@figure
-def plot_time_to_target(result: Result) -> Any:
-    """The time-to-accuracy panel's runs (``ddp`` with a target): time to the target per rank
+def time_to_target_figure(result: Result) -> Any:
+    """``ddp`` runs to a target (what :func:`hpclab.ddp.plots.plot_ddp` draws for them): time to the target per rank
     count beside samples per second, a series per run's settings; a run that never reached the
     target is named in the title, not drawn."""
     from plotly.subplots import make_subplots

@@ -47,7 +47,6 @@ def time_to_accuracy_panel(target_acc: float | None = None, **kwargs: Any) -> Ex
     """Chapter 06's time-to-accuracy view: the ``ddp`` panel with a target validation accuracy
     on the teacher task; runs accumulate, plotted as time to the target beside samples/s."""
     from hpclab.config import quick_mode
-    from hpclab.ddp.large_batch_plot import plot_time_to_target
 
     run_now = kwargs.pop("run_now", True)
     view = ranks_panel(
@@ -55,7 +54,6 @@ def time_to_accuracy_panel(target_acc: float | None = None, **kwargs: Any) -> Ex
         ("ranks", "batch_size", "lr", "lr_rule", "warmup_epochs", "target_acc"),
         1024,
         accumulate=True,
-        plot=plot_time_to_target,
         run_now=False,
         **kwargs,
     )
