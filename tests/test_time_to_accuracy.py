@@ -11,7 +11,7 @@ import torch
 
 from hpclab.dist import RankContext
 from hpclab.train import TrainSpec, run_spec, target_worker, train_to_target
-from hpclab.train.data import LABEL_NOISE, load, teacher_task
+from hpclab.train.data import LABEL_NOISE, TEACHER_FEATURES, load, teacher_task
 from hpclab.train.layerwise import LAMB, LARS
 from hpclab.train.noise import norm_estimates
 from hpclab.train.optim import lr_factor, scaled_lr
@@ -26,7 +26,7 @@ SPEC = TrainSpec(
 
 def test_the_teacher_task_is_large_deterministic_and_its_split_held_out():
     (x, y), (xv, yv) = load("teacher", 100_000, 10_000, 28, 0)
-    assert x.shape == (100_000, 16) and xv.shape == (10_000, 16)
+    assert x.shape == (100_000, TEACHER_FEATURES) and xv.shape == (10_000, TEACHER_FEATURES)
     x2, y2 = teacher_task(110_000, seed=0)
     assert torch.equal(x2[:100_000], x) and torch.equal(y2[100_000:], yv)  # same seed, same data
     assert not torch.equal(teacher_task(100, seed=1)[0], teacher_task(100, seed=0)[0])
