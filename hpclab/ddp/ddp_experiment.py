@@ -132,7 +132,7 @@ def _record(cfg: DDPConfig, ranks: int, outs: list[dict], started: float) -> dic
         "params_max_diff": max(o["params_max_diff"] for o in outs),
         "loss_last": r0["loss_last"],
         "startup_s": r0["first_step_at"] - started,
-    } | (target_fields(r0, ranks, cfg.target_acc) if cfg.target_acc else {})
+    }
 
 
 def train_spec(config: DDPConfig) -> TrainSpec:
@@ -187,7 +187,7 @@ def run_ddp(config: DDPConfig, progress: Progress) -> Result:
             mine = replace(spec, per_rank_batch=config.batch_size)
         mine = for_ranks(config, mine, ranks)
         outs, started = launch_spec(ranks, mine, device, threads, part)
-        records.append(_record(config, ranks, outs, started))
+        records.append(_record(config, ranks, outs, started) | to_target(config, ranks, outs))
     base = next((r for r in records if r["ranks"] == 1), None)
     for r in records:
         r["efficiency"] = (
@@ -229,10 +229,15 @@ def run_ddp(config: DDPConfig, progress: Progress) -> Result:
         )
         gpu = place(1, "cuda")
         outs, started = launch_spec(1, for_ranks(config, one, 1), "cuda", gpu.threads, Progress())
-        records.append(_record(config, 1, outs, started) | {"role": "gpu-rank", "efficiency": None,
-                                                            "note": one_gpu_note(config.ranks)})  # fmt: skip
+        records.append(_record(config, 1, outs, started) | to_target(config, 1, outs)
+                       | {"role": "gpu-rank", "efficiency": None, "note": one_gpu_note(config.ranks)})  # fmt: skip
     progress.update(len(plan), len(plan), "done")
     return make_result("ddp", config, records)
+
+
+def to_target(config: DDPConfig, ranks: int, outs: list[dict]) -> dict[str, Any]:
+    """What a run to a target adds to its record (nothing without a target)."""
+    return target_fields(outs[0], ranks, config.target_acc) if config.target_acc else {}
 
 
 def one_gpu_beside(config: DDPConfig, gpus: int) -> bool:

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from hpclab.dist import RankContext
+from hpclab.train.cost import flops_per_sample
 from hpclab.train.data import features_of, load
 from hpclab.train.optim import make_optimizer, make_schedule
 from hpclab.train.spec import TrainSpec
@@ -113,6 +114,7 @@ def train_to_target(ctx: RankContext, spec: TrainSpec, probe: Probe | None = Non
         "loss_last": loss,
         "lr_last": opt.param_groups[0]["lr"],
         "params": parameter_count(model),
+        "flops_per_sample": flops_per_sample(model, features_of(spec.data, spec.side)),
         "buckets": bucket_count(net),
         "params_max_diff": replica_divergence(ctx, net),
         "steps_per_epoch": per_epoch,

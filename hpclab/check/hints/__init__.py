@@ -31,9 +31,9 @@ TOPICS = (  # one module here per check module of hpclab/check/
     "ssp",
     "ddp",
     "ddp_model",
-    "tta",
     "collectives",
     "parallel",
+    "tta",
     "cluster",
     "search",
 )
