@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from hpclab.train.cost import block_bounds
-from hpclab.train.optim import OPTIMIZERS, SCHEDULES
+from hpclab.train.data import DATASETS
+from hpclab.train.optim import OPTIMIZERS, SCHEDULES, WARMUP_SCHEDULES
 from hpclab.train.step import MODELS, make_model
 
 MEMORY_FORMATS = ("contiguous", "channels_last")
@@ -51,6 +52,10 @@ class TrainSpec:
     lr_warmup: int = 0  # steps of the schedule's warm-up (not the untimed ``warmup`` steps)
     checkpoint: bool = False  # recompute activations in backward (chapter 09)
     checkpoint_every: int = 1  # blocks per checkpointed segment: 1 every block, k every k-th
+    data: str = "synthetic"  # hpclab.train.data.DATASETS: synthetic, digits, teacher
+    val_samples: int = 0  # held out after the training samples (0: no validation split)
+    val_every: int = 0  # steps between validations (0: once per epoch); target runs only
+    target_acc: float = 0.0  # stop once validation accuracy reaches it (0: no target)
 
     def __post_init__(self) -> None:
         # dtype is refused in the rank (hpclab.train.worker), not here: a screened candidate
@@ -60,6 +65,7 @@ class TrainSpec:
             ("memory_format", MEMORY_FORMATS),
             ("optimizer", OPTIMIZERS),
             ("schedule", SCHEDULES),
+            ("data", tuple(DATASETS)),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(
@@ -67,7 +73,8 @@ class TrainSpec:
                 )
         lows = {"side": 1, "per_rank_batch": 1, "steps": 1, "samples": 1, "micro_batches": 1}
         lows["checkpoint_every"] = 1
-        for name, low in (lows | {"warmup": 0, "loader_workers": 0, "lr_warmup": 0}).items():
+        zeros = {"warmup": 0, "loader_workers": 0, "lr_warmup": 0, "val_samples": 0, "val_every": 0}
+        for name, low in (lows | zeros).items():
             value = getattr(self, name)
             if not isinstance(value, int) or value < low:
                 raise ValueError(f"{name}={value!r}; allowed: a whole number >= {low}")
@@ -80,6 +87,25 @@ class TrainSpec:
                     f"checkpoint_every={self.checkpoint_every} is larger than model "
                     f"{self.model!r}'s {blocks} blocks; allowed: 1..{blocks}"
                 )
+        self._check_target()
+
+    def _check_target(self) -> None:
+        """A target the split can measure, and a warm-up that fits in the run."""
+        if not 0.0 <= self.target_acc <= 1.0:
+            raise ValueError(
+                f"target_acc={self.target_acc!r}; allowed: a validation accuracy in (0, 1] "
+                "(0: no target)"
+            )
+        if self.target_acc > 0 and self.val_samples == 0:
+            raise ValueError(
+                f"target_acc={self.target_acc} needs a validation split: val_samples >= 1"
+            )
+        total = max(1, self.warmup) + self.steps
+        if self.schedule in WARMUP_SCHEDULES and self.lr_warmup > total:
+            raise ValueError(
+                f"lr_warmup={self.lr_warmup} steps is longer than the run ({total} steps); "
+                f"allowed: lr_warmup <= {total}"
+            )
 
     @classmethod
     def sized(cls, ranks: int, **fields_: object) -> TrainSpec:

@@ -35,6 +35,7 @@ from hpclab.measure.cpu_share import measure_cpu_share
 from hpclab.measure.sysinfo import usable_cpu_ids
 from hpclab.measure.timing import time_fn
 from hpclab.train.cost import Checkpointed, flops_per_sample
+from hpclab.train.data import features_of, load
 from hpclab.train.optim import make_optimizer, make_schedule
 from hpclab.train.spec import TrainSpec
 from hpclab.train.step import (
@@ -42,7 +43,6 @@ from hpclab.train.step import (
     grad_scaler,
     make_model,
     parameter_count,
-    synthetic_images,
     train_step,
 )
 
@@ -50,9 +50,10 @@ DDP_DEFAULT_MB = 25.0  # torch.nn.parallel.DistributedDataParallel's bucket_cap_
 
 
 def dataset(spec: TrainSpec) -> torch.utils.data.TensorDataset:
-    """MNIST-like synthetic data, flattened: X ``[samples, side*side]``, y ``[samples]``."""
-    x, y = synthetic_images(spec.samples, (1, spec.side, spec.side), seed=spec.seed)
-    return torch.utils.data.TensorDataset(x.reshape(len(x), -1), y)
+    """The spec's training samples, flat: X ``[samples, features]``, y ``[samples]`` (MNIST-like
+    synthetic images by default; :data:`hpclab.train.data.DATASETS`)."""
+    (x, y), _ = load(spec.data, spec.samples, 0, spec.side, spec.seed)
+    return torch.utils.data.TensorDataset(x, y)
 
 
 def batches(ctx: RankContext, spec: TrainSpec, data: torch.utils.data.Dataset):
@@ -132,7 +133,8 @@ def time_allreduce(ctx: RankContext, numel: int, repeat: int = 5) -> float:
 def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
     """Train ``spec.warmup + spec.steps`` steps on this rank; return timings and checks."""
     data = dataset(spec)
-    model = make_model(spec.model, spec.side * spec.side, seed=spec.seed).to(ctx.device)
+    model = make_model(spec.model, features_of(spec.data, spec.side), seed=spec.seed)
+    model = model.to(ctx.device)
     if spec.memory_format == "channels_last":
         model = model.to(memory_format=torch.channels_last)
     if spec.checkpoint:
@@ -182,7 +184,7 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
         "lr_last": opt.param_groups[0]["lr"],  # the rate after the schedule's last step
         "loss_scale": scaler.get_scale() if scaler is not None else 1.0,
         "params": parameter_count(model),
-        "flops_per_sample": flops_per_sample(model, spec.side * spec.side),
+        "flops_per_sample": flops_per_sample(model, features_of(spec.data, spec.side)),
         "buckets": bucket_count(net),
     }
     out["params_max_diff"] = replica_divergence(ctx, net)

@@ -33,6 +33,7 @@ TOPICS = (  # one module here per check module of hpclab/check/
     "cost_model",
     "collectives",
     "parallel",
+    "tta",
     "cluster",
     "search",
     "speed",
