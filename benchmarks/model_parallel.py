@@ -14,11 +14,11 @@
    a micro-batch's activations or gradients: every micro-batch pays its send/recv.
    The send/recv time is measured in the same step whose bubble is measured
    (:func:`hpclab.parallel.pipeline.handover_seconds`: from a pass ending on one rank to the
-   pass it feeds starting on the next, for the hand-overs whose receiver was waiting; the
-   median). On a shared machine a hand-over costs a scheduler wake-up that comes and goes with
-   the load, so a ping-pong timed a few seconds earlier (printed beside it, half the median
-   round trip of the same tensor) can be off by several times; the step's own hand-overs
-   cannot. Goals: the measured bubble within 25 % of the extended model at every m; and the
+   pass it feeds starting on the next, for the hand-overs whose receiver was waiting; their
+   mean, as the model pays one per hand-over and a slow one is paid in full). On a shared
+   machine a hand-over costs a scheduler wake-up that comes and goes with the load, so a
+   ping-pong timed a few seconds earlier (printed beside it, half the median round trip of the
+   same tensor) can be off by several times; the step's own hand-overs cannot. Goals: the measured bubble within 25 % of the extended model at every m; and the
    trend over m: every two m whose extended-model bubbles differ by more than that 25 % are
    ordered the same way by the measurement. With cheap hand-overs the model falls with m (the
    chapter's lesson); with dear ones it rises again at large m (m hand-overs per step), and the
@@ -136,7 +136,8 @@ def main() -> int:
         g = sched["gpipe"]
         busy = busy_per_rank(res, "gpipe")
         hand = handover_seconds(timeline(res, "gpipe"), step_starts(res, "gpipe"))
-        c = statistics.median(hand) if hand else c_pp
+        # the model pays c once per hand-over: their mean is what the step paid in all
+        c = statistics.fmean(hand) if hand else c_pp
         ext = bubble_model_with_comm(m, busy, c)
         measured.append(g["bubble_fastest_step"])
         extended.append(ext)
@@ -145,8 +146,9 @@ def main() -> int:
             f"  m={m:>2}: bubble {g['bubble_fastest_step']:.3f} (median step "
             f"{g['bubble_measured']:.3f}) | model (p-1)/(m+p-1) {g['bubble_model']:.3f} | "
             f"extended {ext:.3f} (stages {' / '.join(f'{b * 1e3:.1f}' for b in busy)} ms busy; "
-            f"send/recv of {shape[0]}x{shape[1]} fp32 {c * 1e3:.2f} ms, median of {len(hand)} "
-            f"hand-overs in the step; ping-pong {c_pp * 1e3:.2f} ms, extended with it "
+            f"send/recv of {shape[0]}x{shape[1]} fp32 {c * 1e3:.2f} ms, mean of {len(hand)} "
+            f"hand-overs in the step (median {statistics.median(hand or [c]) * 1e3:.2f}); "
+            f"ping-pong {c_pp * 1e3:.2f} ms, extended with it "
             f"{bubble_model_with_comm(m, busy, c_pp):.3f}) | measured/extended "
             f"{g['bubble_fastest_step'] / ext:.3f}, measured/simple "
             f"{g['bubble_fastest_step'] / g['bubble_model']:.3f}"
