@@ -99,3 +99,17 @@ def test_stacks_name_the_rank_outside_the_collective():
     assert named == 1 and "rank 1 is at hang.py:84" in message and "[0, 2]" in message
     assert culprit({0: waiting[0], 2: waiting[1]})[0] == -1  # all inside: no culprit
     assert parse_dump(DUMP.format(rank=0), "train_step") is None  # not the worker's process
+
+
+def test_nccl_log_names_the_rank_the_timeouts_leave_out():
+    from hpclab.ddp.nccl_log import reference_log, silent_ranks
+
+    text = reference_log()
+    assert "A RECONSTRUCTION, NOT A CAPTURED LOG" in text  # never shown as a real capture
+    assert silent_ranks(text) == {"ranks": [0, 1, 2, 3], "waited": [0, 1, 2], "silent": [3]}
+    # rank 3 waiting too and rank 1 silent: the answer follows the log, not the file
+    lines = [ln for ln in text.splitlines() if "[Rank 1] Watchdog" not in ln]
+    rank2 = next(ln for ln in lines if "[Rank 2] Watchdog caught" in ln)
+    lines.append(rank2.replace("[Rank 2]", "[Rank 3]"))
+    assert silent_ranks("\n".join(lines))["silent"] == [1]
+    assert silent_ranks("NCCL INFO Connected all rings")["silent"] == []  # no timeout: nobody
