@@ -70,9 +70,9 @@ def watch(
     """Dump the processes ``pids()`` returns until all ``ranks`` are inside ``worker`` at
     ``step`` and at least one of them is inside a collective (the hang has set in), or
     ``give_up_s`` pass; returns the stacks by rank and, when they could not be read, why."""
-    from hpclab.profiling.pyspy_tool import available, dump
+    from hpclab.profiling.pyspy_tool import available, dump, ptrace_note
 
-    if why := available():
+    if why := available() or ("forbidden" in ptrace_note() and ptrace_note()):
         return {}, why
     end, why = time.monotonic() + give_up_s, "the ranks never all reached the last step"
     while time.monotonic() < end:
