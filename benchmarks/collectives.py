@@ -20,7 +20,11 @@ process group so that a slow spell of the machine hits them all alike. Two goals
   on 2026-11-26), likely where a message stops fitting a socket buffer and the 2 MiB L2 cache
   and goes in pieces, each a wake-up (a guess, not measured here). One straight line per
   algorithm cannot bend there; the goal is the median over the held-out sizes, and the 256 KiB
-  error is printed with the others.
+  error is printed with the others. Still open: tree's small-message time is bimodal under
+  load (0.12-0.15 ms when both ranks happen to be on a core, 0.19-0.21 ms otherwise, the
+  latter its median on a quiet machine); the best of 25 catches the rare fast mode at some
+  sizes and not at others, and tree's held-out error went over 0.15 in 5 of 10 runs at load
+  average 7-14 on 2 cores (0.05-0.29; ring 0.02-0.07 and doubling 0.03-0.11 in all 10).
 - each hand-written algorithm within 1.5x of gloo's ``dist.all_reduce`` at 16 MiB: measured
   apart from the sweep, call by call in alternation (a barrier before each call, the slowest
   rank's time), and the median of the per-round ratios taken, as benchmarks/allreduce.py does:
