@@ -23,7 +23,10 @@
    ordered the same way by the measurement. With cheap hand-overs the model falls with m (the
    chapter's lesson); with dear ones it rises again at large m (m hand-overs per step), and the
    measurement must follow either way. 1F1B at m = 8 and the simple model's ratio are reported.
-   The load average is printed before and after.
+   The load average is printed before and after. Still open: at load average 10-17 on 2 cores
+   (2026-11-26, five runs) the bubble goal failed every time (worst measured/extended 1.4-1.7,
+   at m = 8 or 16): with more runnable processes than cores a rank also waits for a core
+   between its passes, which neither model nor the hand-overs count. No quiet run was possible.
 
 Usage: python benchmarks/model_parallel.py   (no arguments, about 2 minutes on 2 cores)
 """
