@@ -96,6 +96,30 @@ def test_fit_recovers_alpha_beta_and_predicts_held_out_sizes():
     assert held and not set(train) & set(held) and max(sizes) in train and min(sizes) in train
 
 
+def test_fit_reads_each_size_least_disturbed_sample():
+    # medians bent by load (every other size twice as slow), best samples on the model's line:
+    # the fit and its held-out errors read the best samples
+    sizes = [4 * 4**k for k in range(10)]
+    recs = [
+        {
+            "tier": "live",
+            "algorithm": "tree",
+            "ranks": 2,
+            "bytes": m,
+            "seconds": model_s("tree", m, 2, 5e-5, 1e9) * (2 if k % 2 else 1),
+            "seconds_best": model_s("tree", m, 2, 5e-5, 1e9),
+        }
+        for k, m in enumerate(sizes)
+    ]
+    add_model(recs)
+    assert recs[0]["alpha_s"] == pytest.approx(5e-5, rel=1e-6)
+    assert median_errors(recs)["tree"] == pytest.approx(0.0, abs=1e-9)
+    for r in recs:
+        del r["seconds_best"]
+    add_model(recs)  # without best samples: the medians, and their bend shows
+    assert median_errors(recs)["tree"] > 0.2
+
+
 def test_model_says_where_each_wins():
     table = winners(2e-5, 2e9, [4, 64 * 2**20], [2, 8, 64])
     win = {(r["ranks"], r["bytes"]): r["winner"] for r in table}
@@ -122,6 +146,7 @@ def test_allreduce_experiment_algorithms_records():
         for field in ("algorithm", "bytes", "seconds", "busbw_gbps", "model_seconds"):
             assert field in r
         assert r["busbw_gbps"] == pytest.approx(r["bytes"] / r["seconds"] / 1e9)  # n = 2
+        assert 0 < r["seconds_best"] <= r["seconds"]
         a, bw = r["alpha_s"], r["bandwidth_gbps"] * 1e9
         assert r["model_seconds"] == pytest.approx(model_s(r["algorithm"], r["bytes"], 2, a, bw))
     assert any(r["held_out"] for r in live) and not all(r["held_out"] for r in live)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from hpclab.config import ConfigError
+from hpclab.ddp.hang_stacks import culprit, parse_dump
+from hpclab.profiling.pyspy_tool import available, ptrace_note
 
 
 @pytest.mark.parametrize("bad_rank", [1, 0])
@@ -15,7 +17,14 @@ def test_skip_timeout_and_monitored_barrier_name_the_rank(no_orphans, bad_rank):
 
     res = experiments.run("hang", fault="skip", ranks=3, bad_rank=bad_rank, timeout_s=1.0)
     by_tool = {r["tool"]: r for r in res.records}
-    assert set(by_tool) == {"timeout only", "monitored_barrier"}
+    assert set(by_tool) == {"timeout only", "monitored_barrier", "py-spy dump"}
+    spy = by_tool["py-spy dump"]
+    if available() or "forbidden" in ptrace_note():  # the record says why, and names no rank
+        assert spy["named_rank"] == -1 and spy["message"] in (available(), ptrace_note())
+        return
+    # every rank's stack, read while the others wait: the one outside the collective, its line
+    assert spy["named_rank"] == bad_rank and spy["found"], spy["message"]
+    assert "hang.py:" in spy["message"] and "time.sleep" in spy["message"]
     if bad_rank:  # rank 0 runs the monitored barrier and names the missing rank
         barrier = by_tool["monitored_barrier"]
         assert barrier["named_rank"] == bad_rank and barrier["found"]
@@ -53,3 +62,54 @@ def test_hang_config_rejects_a_rank_outside_the_run():
         HangConfig.create(bad_rank=2)
     with pytest.raises(ConfigError, match="allowed: one of skip, shape"):
         HangConfig.create(fault="deadlock")
+
+
+DUMP = """Process 41: python -m hpclab.cli run hang
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 41 (idle): "MainThread"
+    all_reduce (torch/distributed/distributed_c10d.py:2806)
+        Arguments:
+            tensor: <Tensor at 0x7f>
+        Locals:
+            op: <RedOpType at 0x7f>
+    wrapper (torch/distributed/c10d_logger.py:81)
+    planted_worker (hpclab/ddp/hang.py:84)
+        Arguments:
+            ctx: <RankContext at 0x7f>
+        Locals:
+            rank: {rank}
+            x: <Tensor at 0x7f>
+            step: 2
+    _main (hpclab/dist/child.py:60)
+"""
+
+
+def test_stacks_name_the_rank_outside_the_collective():
+    # py-spy's dump format (frames innermost first, --locals under each): no process needed
+    waiting = [parse_dump(DUMP.format(rank=r), "planted_worker") for r in (0, 2)]
+    assert [s.rank for s in waiting] == [0, 2] and all(s.in_collective for s in waiting)
+    assert waiting[0].step == 2 and waiting[0].where == "hang.py:84"
+    away = DUMP.format(rank=1).replace(
+        "    all_reduce (torch/distributed/distributed_c10d.py:2806)\n", "    load (data.py:9)\n"
+    )
+    stuck = parse_dump(away, "planted_worker")
+    assert stuck is not None and not stuck.in_collective
+    named, message = culprit({0: waiting[0], 1: stuck, 2: waiting[1]})
+    assert named == 1 and "rank 1 is at hang.py:84" in message and "[0, 2]" in message
+    assert culprit({0: waiting[0], 2: waiting[1]})[0] == -1  # all inside: no culprit
+    assert parse_dump(DUMP.format(rank=0), "train_step") is None  # not the worker's process
+
+
+def test_nccl_log_names_the_rank_the_timeouts_leave_out():
+    from hpclab.ddp.nccl_log import reference_log, silent_ranks
+
+    text = reference_log()
+    assert "A RECONSTRUCTION, NOT A CAPTURED LOG" in text  # never shown as a real capture
+    assert silent_ranks(text) == {"ranks": [0, 1, 2, 3], "waited": [0, 1, 2], "silent": [3]}
+    # rank 3 waiting too and rank 1 silent: the answer follows the log, not the file
+    lines = [ln for ln in text.splitlines() if "[Rank 1] Watchdog" not in ln]
+    rank2 = next(ln for ln in lines if "[Rank 2] Watchdog caught" in ln)
+    lines.append(rank2.replace("[Rank 2]", "[Rank 3]"))
+    assert silent_ranks("\n".join(lines))["silent"] == [1]
+    assert silent_ranks("NCCL INFO Connected all rings")["silent"] == []  # no timeout: nobody

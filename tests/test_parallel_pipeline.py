@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from hpclab.config import ConfigError
-from hpclab.parallel.pipeline import SCHEDULES, bubble_model, idle_fractions, schedule, simulate
+from hpclab.parallel.pipeline import (
+    SCHEDULES,
+    bubble_model,
+    handover_seconds,
+    idle_fractions,
+    schedule,
+    simulate,
+)
 from hpclab.parallel.pipeline_experiment import PipelineConfig, serial_params
 
 SMALL = dict(layers=6, width=32, batch_size=48, micro_batches=4, steps=1, rounds=1, check_steps=2)
@@ -25,6 +32,20 @@ def test_schedules_are_complete_ordered_and_give_the_model_bubble(kind, p, m):
     for fwd, bwd in ((1.0, 2.0), (1.0, 1.0)):
         idle = idle_fractions(simulate(kind, p, m, fwd, bwd))
         assert idle == pytest.approx([bubble_model(p, eff_m)] * p)
+
+
+def test_handovers_are_read_on_one_clock_and_only_where_the_receiver_waited():
+    # GPipe, 2 stages, m = 2, passes of 1 s, every message 0.1 s; rank 1's step started 0.05 s
+    # after rank 0's (its times count from there). F1 reaches rank 1 while it still runs F0 and
+    # B1 reaches rank 0 while it still runs B0: those two show no hand-over.
+    rank0 = [("F", 0, 0.0, 1.0), ("F", 1, 1.0, 2.0), ("B", 0, 4.2, 5.2), ("B", 1, 5.2, 6.2)]
+    rank1 = [("F", 0, 1.05, 2.05), ("F", 1, 2.05, 3.05), ("B", 0, 3.05, 4.05), ("B", 1, 4.05, 5.05)]
+    got = handover_seconds([rank0, rank1], [10.0, 10.05])
+    assert got == pytest.approx([0.1, 0.1])
+    # free messages, equal stages: the simulated hand-overs all take no time
+    sim = simulate("gpipe", 3, 4, 1.0, 2.0)
+    free = handover_seconds(sim, [0.0] * 3)
+    assert len(free) >= 4 and free == pytest.approx([0.0] * len(free))
 
 
 def test_1f1b_keeps_fewer_micro_batches_in_flight_than_gpipe():

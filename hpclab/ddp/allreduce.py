@@ -13,6 +13,7 @@ A latency/bandwidth (alpha-beta) fit of the ring model goes with the measurement
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ from hpclab.ddp.collective_model import ALGORITHM_NAMES, add_model
 from hpclab.display import readable
 from hpclab.dist import RankContext, place
 from hpclab.dist.placement import DEVICES
-from hpclab.measure.timing import time_fn
+from hpclab.measure.timing import Timing, time_fn
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 
@@ -87,36 +88,59 @@ def allreduce_worker(
     sizes: tuple[int, ...],
     repeat: int,
     algorithms: tuple[str, ...] = ("builtin",),
+    between: Callable[[int, str], None] | None = None,
 ) -> list[dict]:
     """Time ``dist.all_reduce`` (sum, fp32), or the send/recv ``algorithms`` of
-    :mod:`hpclab.ddp.collectives` interleaved size by size; check the sum once before timing."""
+    :mod:`hpclab.ddp.collectives`; check each sum once before timing.
+
+    The ``repeat`` samples of every size and algorithm are taken in rounds, one sample of each
+    per round (the order reversed every other round), so a slow spell of a shared machine
+    lands on all sizes alike instead of bending the curve at the sizes it happened to hit.
+    ``between(nbytes, algorithm)`` runs after every timed sample, outside the timed region
+    (``benchmarks/allreduce.py`` times a plain loop there, sample by sample beside ours)."""
+    cases = [(s, a) for s in sizes for a in algorithms]
+    bufs = {s: torch.full((s // 4,), float(ctx.rank + 1), device=ctx.device) for s in sizes}
+    want = ctx.world_size * (ctx.world_size + 1) / 2  # 1 + 2 + ... + n
+    samples: dict[tuple[int, str], list[float]] = {c: [] for c in cases}
+    clock = "perf_counter"
+    for rnd in range(repeat):
+        for nbytes, algorithm in cases if rnd % 2 == 0 else cases[::-1]:
+            buf = bufs[nbytes]
+            if rnd == 0:  # the first round checks the sum and warms up each case
+                buf.fill_(float(ctx.rank + 1))
+
+            def check(_: Any, buf: torch.Tensor = buf) -> None:
+                if not torch.all(buf == want):
+                    raise AssertionError(f"all_reduce gave {buf[:4].tolist()}, expected {want}")
+                buf.zero_()  # zeros stay zeros: later calls cannot overflow
+
+            fn = _allreduce_fn(algorithm, ctx)
+
+            def call(buf: torch.Tensor = buf, fn: Any = fn) -> None:
+                fn(buf)
+
+            # No max_time_s cut-off: every rank must issue the same number of collectives.
+            t = time_fn(
+                call,
+                device=ctx.device,
+                warmup=5 if rnd == 0 else 1,  # nccl-tests' default, then one untimed call
+                repeat=1,
+                inner=inner_calls(nbytes),
+                check=check if rnd == 0 else None,
+                max_time_s=float("inf"),
+                progress=None
+                if between is None
+                else (lambda *_, m=nbytes, a=algorithm: between(m, a)),
+            )
+            samples[(nbytes, algorithm)] += t.samples_s
+            clock = t.clock
+        ctx.progress(rnd + 1, repeat, f"round {rnd + 1} of {repeat}: every size and algorithm")
     out = []
-    for i, (nbytes, algorithm) in enumerate((s, a) for s in sizes for a in algorithms):
-        buf = torch.full((nbytes // 4,), float(ctx.rank + 1), device=ctx.device)
-        want = ctx.world_size * (ctx.world_size + 1) / 2  # 1 + 2 + ... + n
-
-        def check(_: Any, buf: torch.Tensor = buf, want: float = want) -> None:
-            if not torch.all(buf == want):
-                raise AssertionError(f"all_reduce gave {buf[:4].tolist()}, expected {want}")
-            buf.zero_()  # zeros stay zeros: later calls cannot overflow
-
-        fn = _allreduce_fn(algorithm, ctx)
-
-        def call(buf: torch.Tensor = buf, fn: Any = fn) -> None:
-            fn(buf)
-
-        # No max_time_s cut-off: every rank must issue the same number of collectives.
-        t = time_fn(
-            call,
-            device=ctx.device,
-            warmup=5,  # nccl-tests' default
-            repeat=repeat,
-            inner=inner_calls(nbytes),
-            check=check,
-            max_time_s=float("inf"),
+    for nbytes, algorithm in cases:
+        t = Timing(tuple(samples[(nbytes, algorithm)]), 5, clock, inner_calls(nbytes))
+        out.append(
+            {"bytes": nbytes, "algorithm": algorithm, "samples_s": t.samples_s, **t.summary()}
         )
-        out.append({"bytes": nbytes, "algorithm": algorithm, **t.summary()})
-        ctx.progress(i + 1, len(sizes) * len(algorithms), f"{algorithm}, {nbytes} bytes")
     return out
 
 
@@ -155,6 +179,10 @@ def measure(
     for j, row in enumerate(outs[0]):
         nbytes, algorithm = row["bytes"], row["algorithm"]
         t = max(o[j]["seconds"] for o in outs)  # a collective ends when its slowest rank does
+        # The least disturbed sample: each sample's slowest rank (every rank timed the same
+        # calls), then the fastest sample. Load from other processes only ever adds time, so
+        # this is what the link and the algorithm cost; the alpha-beta fit reads it.
+        best = min(map(max, zip(*(o[j]["samples_s"] for o in outs), strict=True)))
         records.append(
             {
                 "tier": "live",
@@ -166,6 +194,7 @@ def measure(
                 "time_s": t,
                 "seconds": t,
                 "time_s_iqr": outs[0][j]["seconds_iqr"],
+                "seconds_best": best,
                 "algbw_gbps": algbw_gbps(nbytes, t),
                 "busbw_gbps": busbw_gbps(nbytes, t, ranks),
             }

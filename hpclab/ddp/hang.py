@@ -67,9 +67,10 @@ def planted_worker(
     """A few all-reduce steps; at the last one ``bad_rank`` misbehaves (see the module doc)."""
     import torch.distributed as dist
 
+    rank = ctx.rank  # a local, so that py-spy's dump of this frame says which rank it is
     x = torch.ones(SHAPE)
     for step in range(STEPS):
-        if ctx.rank == bad_rank and step == STEPS - 1:
+        if rank == bad_rank and step == STEPS - 1:
             if fault == "skip":
                 time.sleep(5 * timeout_s)  # busy elsewhere: never reaches the collective
                 return float(x[0])
@@ -115,11 +116,60 @@ def _detail_debug(on: bool) -> Any:
     return undo
 
 
+def dump_hung_ranks(ranks: int, bad: int) -> tuple[int, str]:
+    """Plant ``skip`` on rank ``bad`` with a long timeout, read every rank's stack with py-spy
+    while the others wait (:mod:`hpclab.ddp.hang_stacks`), then cancel the run, as one would
+    ``scancel`` a stuck job after the dumps; returns the rank the stacks name and what they say."""
+    import threading
+
+    import psutil
+
+    from hpclab.ddp.hang_stacks import culprit, watch
+    from hpclab.progress import Cancelled
+
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    inner, seen = Progress(), {}
+
+    def spy() -> None:
+        def pids() -> list[int]:
+            return [p.pid for p in me.children(recursive=True) if p.pid not in before]
+
+        seen["stacks"], seen["why"] = watch(pids, ranks, STEPS - 1, "planted_worker", 30.0)
+        inner.cancel()
+
+    thread = threading.Thread(target=spy, name="hpclab-py-spy", daemon=True)
+    thread.start()
+    hold = 60.0  # process-group timeout: the hang lasts until the dumps are read
+    try:
+        launch(
+            planted_worker,
+            ranks,
+            args=("skip", bad, False, hold),
+            device="cpu",
+            timeout_s=hold,
+            deadline_s=hold + 30,
+            progress=inner,
+        )
+    except (Cancelled, RankError):
+        pass
+    thread.join()
+    return culprit(seen["stacks"]) if seen["stacks"] else (-1, seen["why"])
+
+
 def run_hang(config: HangConfig, progress: Progress) -> Result:
     bad = random.randrange(config.ranks) if config.bad_rank < 0 else config.bad_rank
     records = []
-    for i, tool in enumerate(("timeout only", TOOLS[config.fault])):
-        progress.update(i, 2, tool)
+    tools = ("timeout only", TOOLS[config.fault]) + (
+        ("py-spy dump",) if config.fault == "skip" else ()
+    )
+    for i, tool in enumerate(tools):
+        progress.update(i, len(tools), tool)
+        if tool == "py-spy dump":
+            t0 = time.perf_counter()
+            named, message = dump_hung_ranks(config.ranks, bad)
+            records.append(_record(config, tool, bad, named, t0, message))
+            continue
         undo = _detail_debug(tool.endswith("DETAIL"))
         t0 = time.perf_counter()
         try:
@@ -136,21 +186,25 @@ def run_hang(config: HangConfig, progress: Progress) -> Result:
             named, message = named_rank(err), str(err).splitlines()[0]
         finally:
             undo()
-        records.append(
-            {
-                "tier": "live",
-                "fault": config.fault,
-                "tool": tool,
-                "ranks": config.ranks,
-                "culprit": bad,
-                "named_rank": named,
-                "found": named == bad,
-                "seconds": time.perf_counter() - t0,
-                "message": message,
-            }
-        )
-    progress.update(2, 2, "done")
+        records.append(_record(config, tool, bad, named, t0, message))
+    progress.update(len(tools), len(tools), "done")
     return make_result("hang", config, records)
+
+
+def _record(
+    config: HangConfig, tool: str, bad: int, named: int, t0: float, message: str
+) -> dict[str, Any]:
+    return {
+        "tier": "live",
+        "fault": config.fault,
+        "tool": tool,
+        "ranks": config.ranks,
+        "culprit": bad,
+        "named_rank": named,
+        "found": named == bad,
+        "seconds": time.perf_counter() - t0,
+        "message": message,
+    }
 
 
 def plot_hang(result: Result) -> Any:

@@ -120,6 +120,35 @@ def idle_fractions(timeline: list[list[tuple[str, int, float, float]]]) -> list[
     return [1.0 - sum(e[3] - e[2] for e in events) / span for events in timeline]
 
 
+def handover_seconds(
+    timeline: list[list[tuple[str, int, float, float]]], starts: list[float]
+) -> list[float]:
+    """The stage-to-stage hand-overs seen in one measured step: per message whose receiver was
+    already free and waiting for it, the time from the sender's pass ending to the receiver's
+    pass starting (send, transfer, receive and the receiver's wake-up). ``starts``: each rank's
+    step start on a clock common to all ranks (``StepLog.t0_s``; one node's ``perf_counter``),
+    to which its events' times are added. A message that arrived while its receiver was still
+    busy shows no hand-over and is not counted."""
+    ev = [
+        {(op, i): (t0 + a, t0 + b) for op, i, a, b in events}
+        for events, t0 in zip(timeline, starts, strict=True)
+    ]
+    free = [  # when each rank finished the pass before each of its passes
+        {(op, i): (t0 + events[k - 1][3] if k else t0) for k, (op, i, _, _) in enumerate(events)}
+        for events, t0 in zip(timeline, starts, strict=True)
+    ]
+    out = []
+    for r in range(len(timeline)):
+        for (op, i), (start, _) in ev[r].items():
+            src = r - 1 if op == "F" else r + 1
+            if not 0 <= src < len(timeline) or (op, i) not in ev[src]:
+                continue  # the first stage's forwards and the last one's backwards need no input
+            sent = ev[src][(op, i)][1]
+            if free[r][(op, i)] <= sent:
+                out.append(start - sent)
+    return out
+
+
 @dataclass
 class StepLog:
     """What one rank did in one step: (kind, micro-batch, start_s, end_s) per pass, measured
@@ -129,6 +158,7 @@ class StepLog:
     activation_peak_bytes: int = 0
     max_in_flight: int = 0
     step_s: float = 0.0
+    t0_s: float = 0.0  # the step's start on ``perf_counter`` (one clock for all ranks of a node)
 
 
 class PipelineStage:
@@ -171,7 +201,7 @@ class PipelineStage:
         current = [0]
         self.opt.zero_grad(set_to_none=True)
         dist.barrier()
-        t0 = time.perf_counter()
+        t0 = log.t0_s = time.perf_counter()
         for op, i in schedule(kind, self.rank, self.stages, m):
             if op == "F":
                 if self.first:
@@ -185,6 +215,9 @@ class PipelineStage:
                     out = self.module(inp)
                     if self.last:
                         out = F.cross_entropy(out, ys[i].to(self.device)) / m
+                self._sync()
+                # the pass ends before its send: a hand-over is timed from here
+                log.events.append((op, i, start, time.perf_counter() - t0))
                 if not self.last:
                     sends.append(dist.isend(out.detach(), dst=self.rank + 1, tag=ACT))
                 inputs[i], outputs[i] = inp, out
@@ -198,12 +231,12 @@ class PipelineStage:
                     grad = self._recv(tuple(outputs[i].shape), self.rank + 1, GRAD)
                     start = time.perf_counter() - t0
                     outputs[i].backward(grad)
+                self._sync()
+                log.events.append((op, i, start, time.perf_counter() - t0))
                 if not self.first:
                     sends.append(dist.isend(inputs[i].grad, dst=self.rank - 1, tag=GRAD))
                 del outputs[i]
                 held.pop(i, None)
-            self._sync()
-            log.events.append((op, i, start, time.perf_counter() - t0))
         for work in sends:
             work.wait()
         self.opt.step()

@@ -154,6 +154,7 @@ def _schedule_records(cfg: PipelineConfig, kind: str, outs: list[dict]) -> list[
                 **base,
                 "rank": r,
                 "idle_fraction": statistics.median(i[r] for i in idles),
+                "step_start_s": log.t0_s,  # events' start_s/end_s count from here
                 "activation_peak_bytes": log.activation_peak_bytes,
                 "max_in_flight": log.max_in_flight,
             }

@@ -81,10 +81,17 @@ def start_patient(
     return proc
 
 
-def dump(pid: int, timeout_s: float = 30.0) -> str:
-    """``py-spy dump --pid PID``: every thread's current Python stack, as text."""
+def dump(pid: int, timeout_s: float = 30.0, local_vars: bool = False) -> str:
+    """``py-spy dump --pid PID``: every thread's current Python stack, as text (with each
+    frame's local variables when ``local_vars``: ``--locals``)."""
     out = subprocess.run(
-        [executable() or "py-spy", "dump", "--pid", str(pid)],
+        [
+            executable() or "py-spy",
+            "dump",
+            "--pid",
+            str(pid),
+            *(["--locals"] if local_vars else []),
+        ],
         capture_output=True,
         text=True,
         timeout=timeout_s,
