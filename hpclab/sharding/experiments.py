@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hpclab.experiments import Experiment
+from hpclab.sharding.checkpoint import CheckpointConfig, plot_checkpoint, run_checkpoint
 from hpclab.sharding.fsdp_experiment import FsdpConfig, plot_fsdp, run_fsdp
 from hpclab.sharding.planner import PlanConfig, plot_plan, run_plan
 
@@ -22,5 +23,13 @@ EXPERIMENTS = [
         PlanConfig,
         run_plan,
         plot_plan,
+    ),
+    Experiment(
+        "sharded-checkpoint",
+        "09",
+        "torch.distributed.checkpoint: save on N ranks, load on M, bit-equal; vs one file",
+        CheckpointConfig,
+        run_checkpoint,
+        plot_checkpoint,
     ),
 ]
