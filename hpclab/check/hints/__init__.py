@@ -35,6 +35,7 @@ TOPICS = (  # one module here per check module of hpclab/check/
     "parallel",
     "cluster",
     "search",
+    "sharding",
 )
 # What an answer argument may be: a predicate per kind, and the words used when it is not.
 KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
