@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-WIDTH, DEPTH, BATCH, STEPS, WARMUP, ROUNDS = 512, 8, 32, 30, 3, 4
+WIDTH, DEPTH, BATCH, STEPS, WARMUP, ROUNDS = 512, 8, 32, 20, 3, 3
 HERE = Path(__file__).resolve().parent
 
 

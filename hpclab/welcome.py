@@ -36,6 +36,11 @@ CHAPTERS: tuple[tuple[str, str, str], ...] = (
     ),
     ("07", "On the cluster", "Slurm jobs, multi-node torchrun, checkpoint/restart"),
     ("08", "Search and autotuning", "grid/random/TPE, job arrays, Celery workers, autotuning"),
+    (
+        "09",
+        "Sharded data parallel (09, part 2)",
+        "ZeRO-1/2/3 and FSDP2 beside DDP, sharded checkpoints, the memory planner",
+    ),
 )
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hpclab.axes import DOUBLING
 from hpclab.config import Config, ConfigError, param
 from hpclab.display import figure
 from hpclab.dist import RankContext
@@ -220,4 +221,24 @@ def plot_fsdp(result: Result):
         barmode="group",
         height=420,
     )
+    return fig
+
+
+@figure
+def plot_state_vs_ranks(results: list[Result]):
+    """State bytes per rank against the rank count, live (markers) and model (lines)."""
+    import plotly.graph_objects as go
+
+    rows = sorted((r for res in results for r in res.records), key=lambda r: r["ranks"])
+    fig = go.Figure()
+    for strategy in dict.fromkeys(r["strategy"] for r in rows):
+        mine = [r for r in rows if r["strategy"] == strategy]
+        x = [r["ranks"] for r in mine]
+        fig.add_scatter(x=x, y=[r["state_bytes_per_rank"] / 2**20 for r in mine],
+                        mode="markers", marker={"size": 11}, name=f"{strategy} (live)")  # fmt: skip
+        fig.add_scatter(x=x, y=[r["model_state_bytes"] / 2**20 for r in mine], mode="lines",
+                        line={"dash": "dot"}, name=f"{strategy} (model)")  # fmt: skip
+    fig.update_xaxes(title="ranks", type="log", dtick=DOUBLING)
+    fig.update_yaxes(title="MiB per rank (parameters + gradients + Adam)", type="log")
+    fig.update_layout(title="Sharded state shrinks as 1/N; DDP's does not", height=400)
     return fig

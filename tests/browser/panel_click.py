@@ -27,6 +27,7 @@ CLICKS = {
     "06_data_parallel": ("batch size", "32"),
     "06_model_parallel": ("batch size", "32"),
     "08_search_autotuning": ("trials", "2"),
+    "09_sharding": ("depth", "3"),
 }
 
 # The output holding the first panel: controls and a Run button.
