@@ -22,7 +22,7 @@ def two_ranks():
     """One 2-rank run of every strategy (~15 s on 2 busy cores): 4 layers of width 128, Adam,
     warm-up 2 + 1 probed + 10 timed = 13 steps each."""
     return experiments.run(
-        "fsdp", strategy=("ddp", "zero1", "zero1-torch", "zero2", "zero3"), ranks=2,
+        "fsdp", strategy=("ddp", "zero1", "zero1-torch", "zero2", "zero3", "zero3-bf16"), ranks=2,
         width=128, depth=4, steps=10, warmup=2,
     )  # fmt: skip
 
@@ -32,8 +32,13 @@ def _by(result):
 
 
 def test_every_strategy_ends_on_ddps_weights(two_ranks):
-    for name, rec in _by(two_ranks).items():
-        assert rec["params_max_diff_vs_ddp"] <= 1e-5, name
+    rows = _by(two_ranks)
+    for name, rec in rows.items():
+        if name != "zero3-bf16":
+            assert rec["params_max_diff_vs_ddp"] <= 1e-5, name
+    # bf16 compute changes the arithmetic: not equal, yet within what 13 Adam steps of at most
+    # ~lr each can move two runs apart
+    assert 1e-5 < rows["zero3-bf16"]["params_max_diff_vs_ddp"] < 2 * 13 * 1e-3
 
 
 def test_sharded_state_shrinks_as_the_zero_model_says(two_ranks):
@@ -56,13 +61,19 @@ def test_bytes_sent_follow_the_zero_paper(two_ranks):
     assert rows["zero1"]["comm_bytes_per_step"] == pytest.approx(ddp, rel=0.01)
     assert rows["zero2"]["comm_bytes_per_step"] == pytest.approx(ddp, rel=0.01)
     assert rows["zero3"]["comm_bytes_per_step"] == pytest.approx(1.5 * ddp, rel=0.01)
+    # bf16 all-gathers (2 bytes) + an fp32 reduce-scatter: DDP's fp32 volume again
+    assert rows["zero3-bf16"]["comm_bytes_per_step"] == pytest.approx(ddp, rel=0.01)
+    assert rows["zero3-bf16"]["state_bytes_per_rank"] == rows["zero3"]["state_bytes_per_rank"]
     assert set(rows["zero1"]["comm_calls"]) == {"reduce_scatter", "all_gather"}
     assert set(rows["zero1-torch"]["comm_calls"]) == {"all_reduce", "broadcast"}
     assert rows["ddp"]["comm_calls"].keys() == {"all_reduce"}
 
 
 def test_zero1_alone_is_the_plain_optimizer():
-    """One process, no group: ZeRO-1's flat slice is the whole vector, Adam elementwise."""
+    """One process, no group: ZeRO-1's flat slice is the whole vector and Adam is
+    elementwise. (The flat buffer keeps each tensor 64-byte aligned: unaligned views can round
+    a matmul differently in the last bit, and Adam's first, sign-like step turns a last-bit
+    difference of a near-zero gradient into 2 x lr.)"""
     torch.manual_seed(0)
     x, y = torch.randn(16, 64), torch.randint(0, 10, (16,))
     a, b = make_model("tiny", 64, seed=0), make_model("tiny", 64, seed=0)

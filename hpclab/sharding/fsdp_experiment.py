@@ -139,9 +139,12 @@ def fsdp_worker(ctx: RankContext, spec: TrainSpec, cfg: FsdpConfig) -> list[dict
 def model_comm_bytes(strategy: str, params: int, ranks: int, bytes_per: int = 4) -> float:
     """Rajbhandari et al. 2020 §7: DDP, ZeRO-1 and ZeRO-2 send 2 (N-1)/N x Psi per rank (an
     all-reduce = reduce-scatter + all-gather), ZeRO-3 3 (N-1)/N x Psi (one more all-gather);
-    torch's ZeRO-1 (all-reduce, then broadcasts) 3 (N-1)/N x Psi."""
+    torch's ZeRO-1 (all-reduce, then broadcasts) 3 (N-1)/N x Psi; ZeRO-3 gathering bf16
+    parameters and reducing fp32 gradients (2 + 2 + 4) (N-1)/N x Psi bytes: DDP's fp32 volume."""
     if ranks < 2:
         return 0.0
+    if strategy == "zero3-bf16":  # two all-gathers of bf16 (2 bytes), a reduce-scatter of fp32
+        return (2 * 2 + 4) * (ranks - 1) / ranks * params
     factor = 3 if strategy in ("zero3", "zero1-torch") else 2
     return factor * (ranks - 1) / ranks * params * bytes_per
 

@@ -13,6 +13,9 @@ zero2         FSDP2 ``fully_shard(reshard_after_forward=False)``: parameters sta
               forward to backward (one all-gather per step), gradients reduce-scattered
 zero3         FSDP2 ``fully_shard(reshard_after_forward=True)``: parameters gathered again in
               backward (two all-gathers per step, Rajbhandari et al. 2020's 1.5x DDP's volume)
+zero3-bf16    zero3 with FSDP2's ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``:
+              the all-gathers and the compute in bf16, gradients reduced in fp32, the sharded
+              parameters and Adam in fp32 (so no separate master copy)
 ============  ======================================================================
 
 FSDP2 is applied bottom-up, one unit per ``nn.Linear`` and one at the root (PyTorch's
@@ -30,9 +33,9 @@ from torch import nn
 from hpclab.sharding.zero1 import Zero1Optimizer
 from hpclab.train.optim import make_optimizer
 
-STRATEGIES = ("ddp", "zero1", "zero1-torch", "zero2", "zero3")
+STRATEGIES = ("ddp", "zero1", "zero1-torch", "zero2", "zero3", "zero3-bf16")
 DEFAULT_STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
-STAGE = {"ddp": 0, "zero1": 1, "zero1-torch": 1, "zero2": 2, "zero3": 3}
+STAGE = {"ddp": 0, "zero1": 1, "zero1-torch": 1, "zero2": 2, "zero3": 3, "zero3-bf16": 3}
 
 
 def check_strategy(strategy: str) -> None:
@@ -51,14 +54,17 @@ def build(
     check_strategy(strategy)
     if not distributed:
         return model, make_optimizer(optimizer, model.parameters(), lr)
-    if strategy in ("zero2", "zero3"):
-        from torch.distributed.fsdp import fully_shard
+    if strategy.startswith(("zero2", "zero3")):
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-        reshard = strategy == "zero3"
+        policy = MixedPrecisionPolicy()  # the default: everything in the parameters' fp32
+        if strategy == "zero3-bf16":
+            policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        reshard = strategy != "zero2"
         for layer in model.modules():
             if isinstance(layer, nn.Linear):
-                fully_shard(layer, reshard_after_forward=reshard)
-        fully_shard(model, reshard_after_forward=reshard)
+                fully_shard(layer, reshard_after_forward=reshard, mp_policy=policy)
+        fully_shard(model, reshard_after_forward=reshard, mp_policy=policy)
         return model, make_optimizer(optimizer, model.parameters(), lr)
     if strategy == "zero1":
         return model, Zero1Optimizer(

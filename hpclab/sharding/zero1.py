@@ -12,7 +12,8 @@ DDP sends (2 (N-1)/N x P values per rank) and saves 1/N of the optimizer state f
 torch's ``ZeroRedundancyOptimizer`` reaches the same state saving differently: DDP's all-reduce
 of the whole gradient, then each rank broadcasts the parameters it owns.
 
-The parameters are re-pointed into one flat buffer (``flat``: padded to a multiple of N), so a
+The parameters are re-pointed into one flat buffer (``flat``: each tensor 64-byte aligned, the
+whole padded to a multiple of N), so a
 rank's slice is a view whose in-place update *is* the model's update. Adam is elementwise, so
 stepping one flat slice equals stepping the tensors it came from. With one process (no process
 group) it is the plain optimizer on one flat vector.
@@ -23,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 import torch
+
+ALIGN = 16  # fp32 values in 64 bytes
 
 
 def _world() -> tuple[int, int]:
@@ -43,17 +46,19 @@ class Zero1Optimizer:
     ) -> None:
         self.params = [p for p in params if p.requires_grad]
         self.rank, self.world = _world()
-        total = sum(p.numel() for p in self.params)
-        self.shard = -(-total // self.world)  # ceil: every rank owns the same slice length
+        # each tensor starts on a 64-byte boundary, as a fresh allocation does: a matmul then
+        # rounds exactly as on the model's own tensors (DDP's weights, to the last bit)
+        self.offsets = [0]
+        for p in self.params:
+            self.offsets.append(self.offsets[-1] + -(-p.numel() // ALIGN) * ALIGN)
+        self.shard = -(-self.offsets[-1] // self.world)  # ceil: all slices the same length
         first = self.params[0]
         self.flat = torch.zeros(self.shard * self.world, dtype=first.dtype, device=first.device)
-        offset = 0
         with torch.no_grad():
-            for p in self.params:  # the model's parameters become views of one flat buffer
-                n = p.numel()
+            for p, offset in zip(self.params, self.offsets, strict=False):
+                n = p.numel()  # the model's parameters become views of one flat buffer
                 self.flat[offset : offset + n].copy_(p.reshape(-1))
                 p.data = self.flat[offset : offset + n].view_as(p)
-                offset += n
         lo = self.rank * self.shard
         self.mine = torch.nn.Parameter(self.flat[lo : lo + self.shard])  # a view: shares bytes
         self.inner = make_inner([self.mine])
@@ -75,13 +80,12 @@ class Zero1Optimizer:
             p.grad = None
 
     def flat_grad(self) -> torch.Tensor:
-        """Every gradient in one padded flat vector (zeros where a parameter got none)."""
-        grads = [
-            p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), dtype=p.dtype)
-            for p in self.params
-        ]
-        pad = self.flat.numel() - sum(g.numel() for g in grads)
-        return torch.cat([*grads, self.flat.new_zeros(pad)])
+        """Every gradient at its parameter's place in one flat vector (zeros elsewhere)."""
+        grad = torch.zeros_like(self.flat)
+        for p, offset in zip(self.params, self.offsets, strict=False):
+            if p.grad is not None:
+                grad[offset : offset + p.numel()].copy_(p.grad.reshape(-1))
+        return grad
 
     @torch.no_grad()
     def step(self) -> None:
