@@ -116,9 +116,17 @@ class StepProbe(TorchDispatchMode):
             if kind is not None:
                 self.tally.calls[kind[0]] += 1
                 self.tally.payload_bytes[kind[0]] += _nbytes(args[kind[1]])
+        inputs = {
+            st.data_ptr()
+            for t in tree_flatten((args, kwargs))[0]
+            if isinstance(t, torch.Tensor) and (st := _storage(t)) is not None
+        }
         out = func(*args, **kwargs)
         for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor):
+            # a view or an in-place result shares an input's storage: nothing new was allocated
+            # (a batch sliced from the data set must not count the whole data set)
+            st = _storage(t) if isinstance(t, torch.Tensor) else None
+            if st is not None and st.data_ptr() not in inputs:
                 self._track(t)
         self._count()
         return out
