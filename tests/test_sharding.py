@@ -70,15 +70,16 @@ def test_bytes_sent_follow_the_zero_paper(two_ranks):
 
 
 def test_zero1_alone_is_the_plain_optimizer():
-    """One process, no group: ZeRO-1's flat slice is the whole vector and Adam is
-    elementwise. (The flat buffer keeps each tensor 64-byte aligned: unaligned views can round
-    a matmul differently in the last bit, and Adam's first, sign-like step turns a last-bit
-    difference of a near-zero gradient into 2 x lr.)"""
+    """One process, no group: ZeRO-1's flat slice is the whole vector, the optimizer
+    elementwise. (Momentum SGD, not Adam: on one flat vector a few elements fall in a SIMD
+    kernel's body that were in a tensor's scalar tail, which may round the last bit otherwise,
+    and Adam's first, sign-like step turns a last-bit difference of a near-zero gradient into
+    2 x lr.)"""
     torch.manual_seed(0)
     x, y = torch.randn(16, 64), torch.randint(0, 10, (16,))
     a, b = make_model("tiny", 64, seed=0), make_model("tiny", 64, seed=0)
-    opt_a = torch.optim.Adam(a.parameters(), lr=1e-2)
-    opt_b = Zero1Optimizer(b.parameters(), lambda ps: torch.optim.Adam(ps, lr=1e-2))
+    opt_a = torch.optim.SGD(a.parameters(), lr=0.1, momentum=0.9)
+    opt_b = Zero1Optimizer(b.parameters(), lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9))
     for _ in range(5):
         train_step(a, opt_a, x, y)
         train_step(b, opt_b, x, y)
@@ -164,3 +165,24 @@ def test_sharded_checkpoint_reloads_bit_equal_on_another_world(save, load):
     assert sharded["files"] == save + 1  # one file per saving rank + .metadata
     for rec in res.records:  # both hold weights + Adam's two moments, fp32 (+ small metadata)
         assert 12 * rec["params"] < rec["bytes"] < 1.3 * 12 * rec["params"]
+
+
+def test_the_probe_counts_new_storages_at_their_live_size():
+    """The peak is the state alive at the start plus what the step allocates, counted while it
+    lives: a view of an existing tensor adds nothing, a freed temporary stops counting, and a
+    storage resized to 0 bytes (how FSDP2 frees a gathered parameter) counts 0."""
+    from hpclab.parallel.tensor_parallel import CommTally
+    from hpclab.sharding.probe import StepProbe
+
+    data = torch.zeros(1 << 20)  # 4 MiB existing before the probe, not part of the state
+    state = torch.zeros(1 << 10)  # 4 KiB of state
+    with StepProbe(CommTally(), [state]) as probe:
+        batch = data[:256] * 1  # a view (nothing new), then a 1 KiB result
+        tmp = torch.ones(1 << 18)  # 1 MiB, freed below
+        del tmp
+        big = torch.ones(1 << 17)  # 512 KiB
+        big.untyped_storage().resize_(0)
+        after = torch.ones(1 << 16)  # 256 KiB: resized storage no longer counts
+    assert probe.peak == 4096 + 1024 + (1 << 20)
+    assert probe.now == 4096 + 1024 + (1 << 18)
+    assert batch.numel() == 256 and after.numel() == 1 << 16

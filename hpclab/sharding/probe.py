@@ -99,8 +99,10 @@ class StepProbe(TorchDispatchMode):
 
     def _track(self, t: torch.Tensor) -> None:
         st = _storage(t)
-        if st is not None and st.data_ptr() not in self.live:
-            key = st.data_ptr()
+        # keyed by the storage object, not its address: a storage resized to 0 keeps its entry
+        # while the allocator hands its old address to the next tensor
+        if st is not None and st._cdata not in self.live:
+            key = st._cdata
             self.live[key] = weakref.ref(st, lambda _ref, key=key: self.live.pop(key, None))
 
     def _count(self) -> None:
@@ -117,7 +119,7 @@ class StepProbe(TorchDispatchMode):
                 self.tally.calls[kind[0]] += 1
                 self.tally.payload_bytes[kind[0]] += _nbytes(args[kind[1]])
         inputs = {
-            st.data_ptr()
+            st._cdata
             for t in tree_flatten((args, kwargs))[0]
             if isinstance(t, torch.Tensor) and (st := _storage(t)) is not None
         }
@@ -126,7 +128,7 @@ class StepProbe(TorchDispatchMode):
             # a view or an in-place result shares an input's storage: nothing new was allocated
             # (a batch sliced from the data set must not count the whole data set)
             st = _storage(t) if isinstance(t, torch.Tensor) else None
-            if st is not None and st.data_ptr() not in inputs:
+            if st is not None and st._cdata not in inputs:
                 self._track(t)
         self._count()
         return out

@@ -46,8 +46,8 @@ class Zero1Optimizer:
     ) -> None:
         self.params = [p for p in params if p.requires_grad]
         self.rank, self.world = _world()
-        # each tensor starts on a 64-byte boundary, as a fresh allocation does: a matmul then
-        # rounds exactly as on the model's own tensors (DDP's weights, to the last bit)
+        # each tensor starts on a 64-byte boundary, as the allocator's own tensors do, so
+        # vectorised kernels see the same alignment as on the model's separate tensors
         self.offsets = [0]
         for p in self.params:
             self.offsets.append(self.offsets[-1] + -(-p.numel() // ALIGN) * ALIGN)
