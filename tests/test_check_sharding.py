@@ -102,3 +102,49 @@ def test_stage_that_fits(answer, fragment):
         assert res.passed and "28.8 GB" in res.message, res.message
     else:
         assert not res.passed and fragment in res.message, res.message
+
+
+def load_ok(net, opt, path):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model_sd, optim_sd = get_state_dict(net, opt)
+    state = {"model": model_sd, "optim": optim_sd}
+    dcp.load(state, checkpoint_id=path)
+    set_state_dict(net, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+
+def load_model_only(net, opt, path):  # a restart without Adam's moments
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model_sd, optim_sd = get_state_dict(net, opt)
+    state = {"model": model_sd}
+    dcp.load(state, checkpoint_id=path)
+    set_state_dict(net, opt, model_state_dict=state["model"], optim_state_dict=optim_sd)
+
+
+def load_without_set(net, opt, path):  # fills a copy and never writes it back
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_sd, optim_sd = get_state_dict(net, opt)
+    state = {"model": {k: v.clone() for k, v in model_sd.items()}, "optim": optim_sd}
+    dcp.load(state, checkpoint_id=path)
+
+
+@pytest.mark.parametrize(
+    ("fn", "fragment"),
+    [
+        (load_ok, None),
+        (load_model_only, "Adam's moments did not"),
+        (load_without_set, "weights are not the saved ones"),
+    ],
+)
+def test_reshard_load(fn, fragment):
+    """~10 s each: saved on 2 ranks, loaded on 1 and 3 (wrong answers: on 3 only)."""
+    res = check.reshard_load(fn, world_sizes=(1, 3) if fragment is None else (3,))
+    if fragment is None:
+        assert res.passed, res.message
+    else:
+        assert not res.passed and fragment in res.message, res.message

@@ -161,7 +161,7 @@ def test_sharded_checkpoint_reloads_bit_equal_on_another_world(save, load):
         "sharded-checkpoint", save_ranks=save, load_ranks=load, width=64, depth=3, steps=2
     )
     sharded, single = res.records
-    assert sharded["bit_equal"] and sharded["max_abs_diff"] == 0.0
+    assert sharded["bit_equal"] and sharded["max_abs_diff"] == 0.0 and sharded["adam_bit_equal"]
     assert sharded["files"] == save + 1  # one file per saving rank + .metadata
     for rec in res.records:  # both hold weights + Adam's two moments, fp32 (+ small metadata)
         assert 12 * rec["params"] < rec["bytes"] < 1.3 * 12 * rec["params"]

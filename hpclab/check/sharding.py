@@ -186,3 +186,56 @@ def stage_that_fits(answer: Any) -> CheckResult:
         f"stage {int(stage)} fits ({need[int(stage)]:.1f} GB), but a lower stage does too: "
         "each stage costs communication or memory traffic, so take the lowest that fits"
     )
+
+
+def _saved(where: str) -> dict[str, Any]:
+    """A sharded checkpoint written by 2 ranks (FSDP2 weights and Adam) into ``where``."""
+    from hpclab.sharding.checkpoint import CheckpointConfig, save_worker
+    from hpclab.train import run_spec
+
+    cfg = CheckpointConfig(save_ranks=2, width=32, depth=3, steps=2)
+    return run_spec(cfg, 2, worker=save_worker, args=(where,), device="cpu", timeout_s=20)[0]
+
+
+@exercise_check
+def reshard_load(fn: Callable[..., Any], world_sizes: tuple[int, ...] = (1, 3)) -> CheckResult:
+    """``fn(net, opt, path)`` fills a fresh sharded model and its Adam from a checkpoint that 2
+    ranks saved; on 1 and 3 ranks both must come back bit for bit."""
+    import shutil
+    import tempfile
+
+    import torch
+
+    from hpclab.dist import RankError
+    from hpclab.sharding.checkpoint import CheckpointConfig, load_worker
+    from hpclab.train import run_spec
+
+    where = tempfile.mkdtemp(prefix="hpclab-dcp-check-")
+    try:
+        saved = _saved(where)
+        cfg = CheckpointConfig(width=32, depth=3, steps=2)
+        for n in world_sizes:
+            try:
+                got = run_spec(cfg, n, worker=load_worker, args=(where, fn), device="cpu",
+                               timeout_s=20, deadline=120)[0]  # fmt: skip
+            except RankError as err:
+                if "NotImplementedError" in err.summary:
+                    return failed("replace the `raise NotImplementedError(...)` with your code")
+                return failed(f"with {n} rank(s), rank {err.rank} failed: {err.summary}")
+            if not torch.equal(got["params"], saved["params"]):
+                return failed(
+                    f"on {n} rank(s) the weights are not the saved ones: dcp.load fills, in "
+                    "place, a state dict of *this* world's tensors (get_state_dict(net, opt)); "
+                    "then set_state_dict puts it into the model and the optimizer"
+                )
+            if not torch.equal(got["adam"], saved["adam"]):
+                return failed(
+                    f"on {n} rank(s) the weights came back but Adam's moments did not: a restart "
+                    "needs the optimizer's state too (get_state_dict gives both; load both)"
+                )
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+    return passed(
+        f"saved on 2 ranks, loaded on {' and '.join(map(str, world_sizes))}: the weights and "
+        "Adam's moments come back bit for bit."
+    )

@@ -59,6 +59,30 @@ def _state(net, opt) -> dict[str, Any]:
     return {"model": model_sd, "optim": optim_sd}
 
 
+def load_sharded(net: torch.nn.Module, opt: Any, path: str) -> None:
+    """Fill ``net`` and ``opt`` (sharded or not) from the DCP checkpoint at ``path``, whatever
+    the number of ranks that saved it: the state dict to fill is this world's, allocated first."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    state = _state(net, opt)
+    dcp.load(state, checkpoint_id=path)
+    set_state_dict(net, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+
+def full_adam(net: torch.nn.Module, opt: Any) -> torch.Tensor:
+    """Adam's two moments of every parameter, whole, as one flat vector (a collective)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    sd = get_optimizer_state_dict(net, opt, options=StateDictOptions(full_state_dict=True))
+    parts = [
+        sd["state"][key][name].reshape(-1).cpu()
+        for key in sorted(sd["state"], key=str)
+        for name in ("exp_avg", "exp_avg_sq")
+    ]
+    return torch.cat(parts)
+
+
 def save_worker(ctx: RankContext, cfg: CheckpointConfig, where: str) -> dict[str, Any]:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
@@ -81,25 +105,24 @@ def save_worker(ctx: RankContext, cfg: CheckpointConfig, where: str) -> dict[str
         torch.save({"model": whole[0], "optim": whole[1]}, f"{where}/single.pt")
     ctx.barrier()
     single_s = time.perf_counter() - t0
-    params = full_params(net)
-    return {"sharded_s": sharded_s, "single_s": single_s, "params": params}
+    params, adam = full_params(net), full_adam(net, opt)
+    return {"sharded_s": sharded_s, "single_s": single_s, "params": params, "adam": adam}
 
 
-def load_worker(ctx: RankContext, cfg: CheckpointConfig, where: str) -> dict[str, Any]:
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import set_state_dict
-
+def load_worker(
+    ctx: RankContext, cfg: CheckpointConfig, where: str, load: Any = load_sharded
+) -> dict[str, Any]:
+    """A fresh sharded model and Adam on this world, then ``load(net, opt, path)``."""
     net, opt = _sharded(ctx, cfg, seed=1)  # other weights: the load must overwrite them all
     gen = torch.Generator().manual_seed(ctx.rank)
     x = torch.randn(16, SIDE * SIDE, generator=gen)
     train_step(net, opt, x, torch.randint(0, 10, (16,), generator=gen))  # Adam state exists
-    state = _state(net, opt)
     ctx.barrier()
     t0 = time.perf_counter()
-    dcp.load(state, checkpoint_id=f"{where}/sharded")
-    set_state_dict(net, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    load(net, opt, f"{where}/sharded")
     ctx.barrier()
-    return {"load_s": time.perf_counter() - t0, "params": full_params(net)}
+    load_s = time.perf_counter() - t0
+    return {"load_s": load_s, "params": full_params(net), "adam": full_adam(net, opt)}
 
 
 def _bytes(path: Path) -> int:
@@ -134,6 +157,7 @@ def run_checkpoint(config: CheckpointConfig, progress: Progress) -> Result:
                 "save_s": max(s["sharded_s"] for s in saved),
                 "load_s": max(lo["load_s"] for lo in loaded),
                 "bit_equal": bool(torch.equal(before, after)),
+                "adam_bit_equal": bool(torch.equal(saved[0]["adam"], loaded[0]["adam"])),
                 "max_abs_diff": float((before - after).abs().max()),
                 "file_names": files,
             },

@@ -37,4 +37,17 @@ EXERCISES = (
             "The answer is the first stage whose GB are at most 40.",
         ),
     ),
+    Exercise(
+        "reshard_load",
+        (("function", "load_checkpoint(net, opt, path)"),),
+        (
+            "A sharded checkpoint is read into tensors you allocate first, shaped for the "
+            "world that loads it.",
+            "torch.distributed.checkpoint.state_dict.get_state_dict(net, opt) gives this "
+            "world's (sharded) model and optimizer state dicts; dcp.load fills a dict of them "
+            "in place from the checkpoint's path.",
+            "Three calls: get_state_dict, dcp.load on {'model': ..., 'optim': ...}, then "
+            "set_state_dict(net, opt, model_state_dict=..., optim_state_dict=...).",
+        ),
+    ),
 )
