@@ -183,9 +183,10 @@ def plot_checkpoint(result: Result):
     fig.add_bar(x=names, y=[r["save_s"] for r in rows], showlegend=False, row=1, col=2)
     r0 = rows[0]
     same = "bit-equal" if r0["bit_equal"] else f"differ by {r0['max_abs_diff']:.2e}"
+    adam = "Adam's state too" if r0.get("adam_bit_equal") else "Adam's state NOT"
     fig.update_layout(
-        title=f"saved on {r0['save_ranks']} ranks, loaded on {r0['load_ranks']}: weights {same}"
-        " (both hold the weights and Adam's state)",
+        title=f"saved on {r0['save_ranks']} ranks, loaded on {r0['load_ranks']}: "
+        f"weights {same}, {adam}",
         height=380,
     )
     return fig
