@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from hpclab.compute.mfu import mfu_fields
 from hpclab.config import Config, ConfigError, param
 from hpclab.display import plural
 from hpclab.dist.placement import DEVICES, gpu_count, place
@@ -109,6 +110,14 @@ def _record(cfg: DDPConfig, ranks: int, outs: list[dict], started: float) -> dic
         "params_max_diff": max(o["params_max_diff"] for o in outs),
         "loss_last": r0["loss_last"],
         "startup_s": r0["first_step_at"] - started,
+        # model FLOPs utilisation over every rank's cores or GPUs (chapter 01)
+        **mfu_fields(
+            r0["flops_per_sample"],
+            global_batch / step,
+            r0["device"],
+            threads=r0["threads"],
+            devices=ranks,
+        ),  # noqa: E501
     }
 
 

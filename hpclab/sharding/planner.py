@@ -32,8 +32,7 @@ from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 
-# bytes per parameter: weight, gradient, optimizer state (K)
-PRECISIONS = {"mixed": (2, 2, 12), "fp32": (4, 4, 8)}
+PRECISIONS = ("mixed", "fp32")
 STAGES = (0, 1, 2, 3)
 STAGE_NAMES = {0: "DDP", 1: "ZeRO-1 (P_os)", 2: "ZeRO-2 (P_os+g)", 3: "ZeRO-3 (P_os+g+p)"}
 DEVICES_GB = {  # nominal memory per device (vendors' data sheets)
@@ -59,11 +58,21 @@ def sharded_state_bytes(
     return {"params": w, "grads": g, "optimizer": o, "total": w + g + o}
 
 
-def state_bytes(params: float, dp: int, stage: int, precision: str = "mixed") -> dict[str, float]:
-    """:func:`sharded_state_bytes` with a precision's bytes per parameter."""
+def split(precision: str, optimizer: str = "adam") -> tuple[int, int, int]:
+    """(weight, gradient, optimizer-state K) bytes per parameter: part 1's byte model
+    (:func:`hpclab.memory.model.bytes_per_param`) cut as ZeRO cuts it, the fp32 master copy
+    counted in K (mixed Adam: 2, 2, 12; fp32 Adam: 4, 4, 8)."""
+    from hpclab.memory.model import bytes_per_param
+
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r}; allowed: {', '.join(PRECISIONS)}")
-    return sharded_state_bytes(params, dp, stage, *PRECISIONS[precision])
+    half = 2 if precision == "mixed" else 4
+    return half, half, bytes_per_param(optimizer, precision) - 2 * half
+
+
+def state_bytes(params: float, dp: int, stage: int, precision: str = "mixed") -> dict[str, float]:
+    """:func:`sharded_state_bytes` with a precision's bytes per parameter (Adam)."""
+    return sharded_state_bytes(params, dp, stage, *split(precision))
 
 
 def shape(params: float) -> tuple[int, int]:
@@ -97,7 +106,7 @@ def capacity_gb(device: str) -> float:
 class PlanConfig(Config):
     params_b: float = param(7.5, min=0.001, max=10000.0, log=True, help="parameters (billions)")
     gpus: int = param(64, min=1, max=65536, log=True, help="data-parallel devices")
-    precision: str = param("mixed", choices=tuple(PRECISIONS), help="mixed (bf16 + fp32 Adam)")
+    precision: str = param("mixed", choices=PRECISIONS, help="mixed (bf16 + fp32 Adam)")
     stage: int = param(3, min=0, max=3, help="ZeRO stage (0: DDP)")
     checkpointing: bool = param(False, help="activation checkpointing, a layer per segment")
     micro_batch: int = param(1, min=0, max=1024, log=True, help="sequences per device (0: none)")

@@ -9,35 +9,46 @@ It imports only :mod:`hpclab.dist`, :mod:`hpclab.measure`, :mod:`hpclab.progress
 the chapters' packages import it, never the other way round.
 """
 
-from hpclab.train.cost import Checkpointed, flops_per_sample
+from hpclab.train.cost import Checkpointed, block_bounds, flops_per_sample
 from hpclab.train.engine import DEADLINE_S, Launch, local, preload, run_spec
-from hpclab.train.spec import MIN_SAMPLES, TrainSpec, samples_for
+from hpclab.train.spec import DTYPES, MIN_SAMPLES, TrainSpec, samples_for
 from hpclab.train.step import (
     MLP_MODELS,
     MODELS,
     accuracy,
+    autocast,
     digits,
     flat_grad,
     flat_params,
     forward_backward,
+    grad_scaler,
     make_model,
     parameter_count,
     set_flat_params,
     synthetic_images,
     train_step,
 )
-from hpclab.train.worker import batches, bucket_count, dataset, ddp_worker, wrap
+from hpclab.train.worker import (
+    batches,
+    bucket_count,
+    dataset,
+    ddp_worker,
+    wrap,
+)
 
 __all__ = [
     "Checkpointed",
     "DEADLINE_S",
+    "DTYPES",
     "MIN_SAMPLES",
     "MLP_MODELS",
     "MODELS",
     "Launch",
     "TrainSpec",
     "accuracy",
+    "autocast",
     "batches",
+    "block_bounds",
     "bucket_count",
     "dataset",
     "ddp_worker",
@@ -46,6 +57,7 @@ __all__ = [
     "flat_params",
     "flops_per_sample",
     "forward_backward",
+    "grad_scaler",
     "local",
     "make_model",
     "parameter_count",

@@ -11,15 +11,18 @@ from collections.abc import Iterable
 
 import torch
 
-OPTIMIZERS = ("sgd", "adam", "adamw")
+OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw")
 SCHEDULES = ("constant", "warmup-decay")
 
 
 def make_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float):
-    """A fresh optimizer over ``params``: plain SGD (no momentum), Adam, or AdamW (decoupled
-    weight decay, PyTorch's default 0.01); the other settings are PyTorch's defaults."""
+    """A fresh optimizer over ``params``: plain SGD (no momentum), SGD with momentum 0.9 (one
+    state tensor per parameter: chapter 09), Adam, or AdamW (decoupled weight decay, PyTorch's
+    default 0.01); the other settings are PyTorch's defaults."""
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr)
+    if name == "sgd-momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
     if name == "adam":
         return torch.optim.Adam(params, lr=lr)
     if name == "adamw":

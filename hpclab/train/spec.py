@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from hpclab.train.cost import block_bounds
 from hpclab.train.optim import OPTIMIZERS, SCHEDULES
-from hpclab.train.step import MODELS
+from hpclab.train.step import MODELS, make_model
 
 MEMORY_FORMATS = ("contiguous", "channels_last")
+DTYPES = ("fp32", "bf16", "fp16")  # the training precisions (refused in the rank: see below)
 MIN_SAMPLES = 4096  # the smallest synthetic data set a run trains on
 
 
@@ -40,12 +42,15 @@ class TrainSpec:
     measure_allreduce: bool = True
     return_params: bool = False
     loader_workers: int = 0  # DataLoader worker processes per rank (0: load in the rank)
-    dtype: str = "fp32"  # "bf16": forward and backward under bf16 autocast (weights stay fp32)
+    # "bf16": forward and backward under bf16 autocast (weights stay fp32); "fp16": under fp16
+    # autocast with a gradient scaler (loss scaling, chapter 09)
+    dtype: str = "fp32"
     memory_format: str = "contiguous"  # "channels_last": convolution weights channels-last
-    optimizer: str = "sgd"  # hpclab.train.optim.OPTIMIZERS: sgd, adam, adamw
+    optimizer: str = "sgd"  # hpclab.train.optim.OPTIMIZERS: sgd, sgd-momentum, adam, adamw
     schedule: str = "constant"  # "warmup-decay": linear warm-up over lr_warmup steps, then decay
     lr_warmup: int = 0  # steps of the schedule's warm-up (not the untimed ``warmup`` steps)
-    checkpoint: bool = False  # recompute activations in backward, a segment per layer
+    checkpoint: bool = False  # recompute activations in backward (chapter 09)
+    checkpoint_every: int = 1  # blocks per checkpointed segment: 1 every block, k every k-th
 
     def __post_init__(self) -> None:
         # dtype is refused in the rank (hpclab.train.worker), not here: a screened candidate
@@ -61,12 +66,20 @@ class TrainSpec:
                     f"{name}={getattr(self, name)!r} is not known; allowed: {', '.join(allowed)}"
                 )
         lows = {"side": 1, "per_rank_batch": 1, "steps": 1, "samples": 1, "micro_batches": 1}
+        lows["checkpoint_every"] = 1
         for name, low in (lows | {"warmup": 0, "loader_workers": 0, "lr_warmup": 0}).items():
             value = getattr(self, name)
             if not isinstance(value, int) or value < low:
                 raise ValueError(f"{name}={value!r}; allowed: a whole number >= {low}")
         if self.bucket_cap_mb < 0:
             raise ValueError(f"bucket_cap_mb={self.bucket_cap_mb!r}; allowed: >= 0 (0: per tensor)")
+        if self.checkpoint and self.checkpoint_every > 1:
+            blocks = len(block_bounds(make_model(self.model, self.side * self.side))) - 1
+            if self.checkpoint_every > blocks:
+                raise ValueError(
+                    f"checkpoint_every={self.checkpoint_every} is larger than model "
+                    f"{self.model!r}'s {blocks} blocks; allowed: 1..{blocks}"
+                )
 
     @classmethod
     def sized(cls, ranks: int, **fields_: object) -> TrainSpec:

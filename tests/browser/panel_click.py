@@ -27,6 +27,7 @@ CLICKS = {
     "06_data_parallel": ("batch size", "32"),
     "06_model_parallel": ("batch size", "32"),
     "08_search_autotuning": ("trials", "2"),
+    "09_memory_precision": ("depth", "4"),
     "09_sharding": ("depth", "3"),
 }
 

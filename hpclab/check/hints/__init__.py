@@ -30,11 +30,13 @@ TOPICS = (  # one module here per check module of hpclab/check/
     "sgd",
     "ssp",
     "ddp",
-    "ddp_model",
+    "cost_model",
     "collectives",
     "parallel",
     "cluster",
     "search",
+    "speed",
+    "memory",
     "sharding",
 )
 # What an answer argument may be: a predicate per kind, and the words used when it is not.
