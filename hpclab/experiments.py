@@ -30,6 +30,7 @@ TOPICS: tuple[str, ...] = (
     "hpclab.cluster.experiments",
     "hpclab.search.experiments",
     "hpclab.memory.experiments",
+    "hpclab.sharding.experiments",
 )
 
 

@@ -41,6 +41,11 @@ CHAPTERS: tuple[tuple[str, str, str], ...] = (
         "Memory and precision (09, part 1)",
         "a step's bytes measured vs modelled, bf16/fp16 + loss scaling, checkpointing",
     ),
+    (
+        "09",
+        "Sharded data parallel (09, part 2)",
+        "ZeRO-1/2/3 and FSDP2 beside DDP, sharded checkpoints, the memory planner",
+    ),
 )
 
 

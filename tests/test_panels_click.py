@@ -175,6 +175,19 @@ def shows_search(p, trials):
     assert list(best.x) == list(range(1, trials + 1))
 
 
+def shows_fsdp(p, depth):
+    res = p.results[-1]
+    assert res.config["depth"] == depth
+    names = [r["strategy"] for r in res.records]
+    assert list(traces(p, name="state (live)")[0].x) == names  # one bar per strategy
+
+
+def shows_plan(p, gpus):
+    assert p.results[-1].config["gpus"] == gpus
+    assert f"on {gpus} x " in p.figure.layout.title.text
+    assert len(traces(p, name="capacity")[0].x) == 4  # one bar per ZeRO stage
+
+
 CASES = {
     "hardware": Case(
         lambda: panel("hardware", fields=("cores", "probe_size"), live=True, run_now=False),
@@ -256,6 +269,17 @@ CASES = {
         lambda: panel("search", fields=("backend", "where", "strategy", "trials", "workers",
                       "throttle", "per_task", "epochs"), run_now=False),
         "trials", (3, 2, 4, 1), shows_search, setting(per_task=3), cheap={"epochs": 1},
+    ),
+    "fsdp": Case(
+        lambda: panel("fsdp", fields=("ranks", "width", "depth", "batch_size", "strategy"),
+                      run_now=False),
+        "depth", (4, 2, 5, 3), shows_fsdp, setting(strategy="ddp,zero4"),
+        cheap={"width": 16, "batch_size": 8, "strategy": "ddp,zero3"},
+    ),
+    "zero-plan": Case(
+        lambda: panel("zero-plan", fields=("params_b", "gpus", "stage", "precision",
+                      "checkpointing", "micro_batch", "device"), live=True, run_now=False),
+        "gpus", (8, 64, 16, 32), shows_plan, beyond_max("stage"),
     ),
 }  # fmt: skip
 

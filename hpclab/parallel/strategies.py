@@ -23,6 +23,9 @@ of ``micro_tokens`` (gradient accumulation), on n GPUs::
                    + its activations (2 bytes x 5 d values per token per block, of the
                      micro-batches it keeps alive: 1, or min(n, m) on a pipeline's first stage)
 
+With ``zero`` > 0 the data-parallel replicas shard their state by ZeRO's stage (chapter 09 part
+2's planner, :func:`hpclab.sharding.planner.sharded_state_bytes`: the one copy of the formula).
+
 Communication is not overlapped with compute here (the overlap of part 1's ``overlap`` is
 left out to keep the comparison plain). A model, not a measurement: for reasoning about which
 strategy fits and which scales, not for predicting a cluster's throughput to the percent.
@@ -39,6 +42,7 @@ from hpclab.display import figure
 from hpclab.memory.model import bytes_per_param
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
+from hpclab.sharding.planner import sharded_state_bytes
 
 KINDS = ("data", "pipeline", "tensor", "tensor+data")
 
@@ -54,6 +58,7 @@ class StrategyModelConfig(Config):
     bytes_per_param: float = param(
         float(bytes_per_param("adam", "mixed")), min=2.0, max=32.0, help="weights+grads+optimizer"
     )
+    zero: int = param(0, min=0, max=3, help="ZeRO stage of the data-parallel replicas (ch. 09)")
     link: str = param("nvlink-h100", choices=tuple(LINKS), help="link between GPUs in a node")
     network: str = param("ib-hdr", choices=tuple(LINKS), help="network between nodes")
     gpus_per_node: int = param(8, min=1, max=64, help="GPUs per node")
@@ -99,7 +104,12 @@ def predict(cfg: StrategyModelConfig, kind: str, n: int) -> dict | None:
             comm += ring_allreduce_s(2 * params / t, replicas, alpha, bw)
     else:
         raise ValueError(f"kind={kind!r}; allowed: {', '.join(KINDS)}")
-    memory = cfg.bytes_per_param * params / shard + act_row * blocks_here * alive * cfg.micro_tokens
+    # data-parallel replicas may shard their state (ZeRO, chapter 09): the planner's formula,
+    # bytes_per_param split as mixed-precision Adam's 2 : 2 : 12
+    dp = {"data": n, "tensor+data": n // min(n, cfg.gpus_per_node)}.get(kind, 1)
+    b = cfg.bytes_per_param
+    state = sharded_state_bytes(params / shard, dp, cfg.zero, b / 8, b / 8, 3 * b / 4)["total"]
+    memory = state + act_row * blocks_here * alive * cfg.micro_tokens
     step = compute + bubble + comm
     return {
         "tier": "model",

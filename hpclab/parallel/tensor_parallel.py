@@ -41,11 +41,16 @@ class CommTally:
 
     def ring_bytes_per_rank(self, world: int) -> float:
         """Bytes each rank sends in a ring: 2(p-1)/p of an all-reduce's payload, (p-1) times
-        an all-gather's (each rank's slice travels to p-1 others)."""
+        an all-gather's (each rank's slice travels to p-1 others), (p-1)/p of a
+        reduce-scatter's (the whole tensor, of which each rank keeps 1/p) and, averaged over
+        the ranks, (p-1)/p of a broadcast's (chapter 09's ZeRO-1 broadcasts its shards)."""
         if world < 2:
             return 0.0
         ar = self.payload_bytes["all_reduce"] * 2 * (world - 1) / world
-        return ar + self.payload_bytes["all_gather"] * (world - 1)
+        rs_bc = (self.payload_bytes["reduce_scatter"] + self.payload_bytes["broadcast"]) * (
+            world - 1
+        )
+        return ar + self.payload_bytes["all_gather"] * (world - 1) + rs_bc / world
 
 
 def _group() -> tuple[int, int]:

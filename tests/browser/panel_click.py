@@ -28,6 +28,7 @@ CLICKS = {
     "06_model_parallel": ("batch size", "32"),
     "08_search_autotuning": ("trials", "2"),
     "09_memory_precision": ("depth", "4"),
+    "09_sharding": ("depth", "3"),
 }
 
 # Panels after the first, pressed too: notebook -> [(a control label only that panel has, the

@@ -38,6 +38,7 @@ TOPICS = (  # one module here per check module of hpclab/check/
     "search",
     "speed",
     "memory",
+    "sharding",
 )
 # What an answer argument may be: a predicate per kind, and the words used when it is not.
 KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {

@@ -1,0 +1,247 @@
+"""Experiment ``fsdp``: DDP beside ZeRO-1, -2 and -3 on N ranks (chapter 09, part 2).
+
+Every rank builds the same model (same seed) once per strategy (:mod:`hpclab.sharding.wrappers`),
+trains it on the same batches (its ``DistributedSampler`` share) with Adam through the one step
+:func:`hpclab.train.train_step`, and reports, per strategy:
+
+- ``params_max_diff_vs_ddp``: the whole parameters after ``warmup + 1 + steps`` steps against
+  DDP's (sharding changes where state lives, not the arithmetic: fp32 differences stay at
+  rounding level);
+- ``state_bytes_per_rank``: parameters + gradients + optimizer state one rank holds between
+  steps (:func:`hpclab.sharding.probe.state_bytes`), and ``model_state_bytes`` from
+  :func:`hpclab.sharding.planner.state_bytes` (fp32 Adam: 4 + 4 + 8 bytes a parameter);
+- ``peak_bytes_per_rank``: the most bytes alive at once during one probed step
+  (:class:`hpclab.sharding.probe.StepProbe`), activations and gathered parameters included;
+- ``comm_bytes_per_step``: what one rank sends in that step, from each collective's payload
+  (chapter 06's :class:`~hpclab.parallel.tensor_parallel.CommTally`, counted as a ring sends it),
+  beside ``model_comm_bytes`` (2 (N-1)/N x 4P for DDP, ZeRO-1 and -2; 3 (N-1)/N x 4P for ZeRO-3);
+- ``step_s``: the median of ``steps`` timed steps (:func:`hpclab.measure.timing.time_fn`).
+
+The model is chapter 06's ``deep`` MLP (``depth`` linear layers of ``width``), so its size is
+a slider. On CPU ranks the backend is gloo: on this torch (2.13) gloo runs reduce-scatter and
+all-gather natively and averages correctly with ``ReduceOp.AVG``; the library still sums and
+divides, which is right on every backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hpclab.axes import DOUBLING
+from hpclab.config import Config, ConfigError, param
+from hpclab.display import figure
+from hpclab.dist import RankContext
+from hpclab.measure.timing import time_fn
+from hpclab.parallel.tensor_parallel import CommTally
+from hpclab.progress import Progress
+from hpclab.results import Result, make_result
+from hpclab.sharding.planner import state_bytes as model_state
+from hpclab.sharding.probe import StepProbe, state_bytes, state_tensors
+from hpclab.sharding.wrappers import DEFAULT_STRATEGIES, STAGE, STRATEGIES, build, full_params
+from hpclab.train import TrainSpec, batches, dataset, make_model, run_spec
+from hpclab.train.step import train_step
+
+BYTES_FP32_ADAM = 16  # 4 parameter + 4 gradient + 8 Adam (two moments), all fp32
+
+
+@dataclass(frozen=True)
+class FsdpConfig(Config):
+    strategy: tuple = param(
+        DEFAULT_STRATEGIES, choices=STRATEGIES, help="strategies, side by side (ddp is stage 0)"
+    )
+    ranks: int = param(2, min=1, max=16, help="ranks (CPU processes standing in for GPUs)")
+    width: int = param(512, min=16, max=4096, log=True, quick=256, help="hidden width")
+    depth: int = param(8, min=2, max=64, help="linear layers")
+    batch_size: int = param(32, min=1, max=1024, log=True, help="batch per rank")
+    steps: int = param(10, min=1, max=200, quick=6, help="timed steps (after warm-up)")
+    warmup: int = param(2, min=1, max=20, help="untimed steps first")
+    lr: float = param(1e-3, min=1e-6, max=1.0, log=True, help="Adam learning rate")
+
+    def check(self) -> None:
+        params = _params(self)
+        need = BYTES_FP32_ADAM * params * self.ranks * 2  # every rank: state + a gathered copy
+        from hpclab.compute.device import ensure_fits
+
+        try:
+            ensure_fits(need, "cpu", f"{params / 1e6:.1f} M parameters on {self.ranks} ranks")
+        except ConfigError as err:
+            raise ConfigError(f"{err} (estimate: {BYTES_FP32_ADAM} bytes a parameter)") from None
+
+
+SIDE = 28  # MNIST-sized synthetic images, 784 features
+
+
+def _params(cfg: FsdpConfig) -> int:
+    """Parameters of the ``deep`` MLP, counted without building it (a refused size may not fit)."""
+    w, d_in, classes = cfg.width, SIDE * SIDE, 10
+    return (d_in + 1) * w + (cfg.depth - 2) * (w + 1) * w + (w + 1) * classes
+
+
+def _spec(cfg: FsdpConfig) -> TrainSpec:
+    return TrainSpec.sized(
+        cfg.ranks,
+        model="deep",
+        side=SIDE,
+        per_rank_batch=cfg.batch_size,
+        steps=cfg.steps,
+        warmup=cfg.warmup,
+        lr=cfg.lr,
+        optimizer="adam",
+    )
+
+
+def _one(ctx: RankContext, spec: TrainSpec, strategy: str, cfg: FsdpConfig) -> dict[str, Any]:
+    model = make_model("deep", SIDE * SIDE, seed=spec.seed, depth=cfg.depth, width=cfg.width)
+    net, opt = build(strategy, model.to(ctx.device), spec.optimizer, spec.lr, ctx.distributed)
+    stream = batches(ctx, spec, dataset(spec))
+
+    def step() -> None:
+        train_step(net, opt, *next(stream))
+
+    for _ in range(spec.warmup):
+        step()
+    ctx.barrier()
+    held = state_tensors(net, opt)
+    before = state_bytes(held)
+    tally = CommTally()
+    with StepProbe(tally, held) as probe:
+        step()
+    after = state_bytes(state_tensors(net, opt))
+    timing = time_fn(step, device=ctx.device, warmup=0, repeat=spec.steps, max_time_s=float("inf"))
+    return {
+        "rank": ctx.rank,
+        "state_bytes_per_rank": after,
+        "state_bytes_before": before,
+        "peak_bytes_per_rank": probe.peak,
+        "comm_bytes_per_step": tally.ring_bytes_per_rank(ctx.world_size),
+        "comm_calls": dict(tally.calls),
+        "comm_payload_bytes": dict(tally.payload_bytes),
+        "step_s": timing.median_s,
+        "step_s_iqr": timing.iqr_s,
+        "params": full_params(net),
+    }
+
+
+def fsdp_worker(ctx: RankContext, spec: TrainSpec, cfg: FsdpConfig) -> list[dict[str, Any]]:
+    """Each strategy in turn on this rank; DDP first, always (the reference)."""
+    order = ["ddp"] + [s for s in cfg.strategy if s != "ddp"]
+    out = []
+    for k, strategy in enumerate(order):
+        ctx.progress(k, len(order), strategy)
+        row = _one(ctx, spec, strategy, cfg)
+        if ctx.rank != 0:
+            row.pop("params")
+        out.append({"strategy": strategy, **row})
+    return out
+
+
+def model_comm_bytes(strategy: str, params: int, ranks: int, bytes_per: int = 4) -> float:
+    """Rajbhandari et al. 2020 §7: DDP, ZeRO-1 and ZeRO-2 send 2 (N-1)/N x Psi per rank (an
+    all-reduce = reduce-scatter + all-gather), ZeRO-3 3 (N-1)/N x Psi (one more all-gather);
+    torch's ZeRO-1 (all-reduce, then broadcasts) 3 (N-1)/N x Psi; ZeRO-3 gathering bf16
+    parameters and reducing fp32 gradients (2 + 2 + 4) (N-1)/N x Psi bytes: DDP's fp32 volume."""
+    if ranks < 2:
+        return 0.0
+    if strategy == "zero3-bf16":  # two all-gathers of bf16 (2 bytes), a reduce-scatter of fp32
+        return (2 * 2 + 4) * (ranks - 1) / ranks * params
+    factor = 3 if strategy in ("zero3", "zero1-torch") else 2
+    return factor * (ranks - 1) / ranks * params * bytes_per
+
+
+def run_fsdp(config: FsdpConfig, progress: Progress) -> Result:
+    from hpclab.dist import place
+    from hpclab.measure.sysinfo import usable_cores
+
+    where = place(config.ranks, "cpu")
+    spec = _spec(config)
+    outs = run_spec(spec, config.ranks, worker=fsdp_worker, args=(config,), device="cpu",
+                    progress=progress)  # fmt: skip
+    params = _params(config)
+    ref = outs[0][0]["params"]
+    records = []
+    for k, row in enumerate(outs[0]):
+        strategy = row["strategy"]
+        if strategy not in config.strategy:
+            continue
+        per_rank = [o[k] for o in outs]
+        records.append(
+            {
+                "tier": "live",
+                "strategy": strategy,
+                "stage": STAGE[strategy],
+                "ranks": config.ranks,
+                "params": params,
+                "state_bytes_per_rank": max(r["state_bytes_per_rank"] for r in per_rank),
+                "model_state_bytes": model_state(params, config.ranks, STAGE[strategy], "fp32")[
+                    "total"
+                ],
+                "peak_bytes_per_rank": max(r["peak_bytes_per_rank"] for r in per_rank),
+                "comm_bytes_per_step": row["comm_bytes_per_step"],
+                "model_comm_bytes": model_comm_bytes(strategy, params, config.ranks),
+                "comm_calls": row["comm_calls"],
+                "step_s": max(r["step_s"] for r in per_rank),
+                "step_s_iqr": row["step_s_iqr"],
+                "params_max_diff_vs_ddp": float((row["params"] - ref).abs().max()),
+                "device": "cpu",
+                "oversubscribed": config.ranks > usable_cores(),
+                "placement": where.note,
+            }
+        )
+    return make_result("fsdp", config, records)
+
+
+@figure
+def plot_fsdp(result: Result):
+    """Bytes per rank (state between steps, peak within a step) and bytes sent per step."""
+    from plotly.subplots import make_subplots
+
+    rows = result.records
+    names = [r["strategy"] for r in rows]
+    fig = make_subplots(
+        rows=1,
+        cols=3,
+        subplot_titles=("MiB held per rank", "MiB sent per rank per step", "step (ms)"),
+    )
+    mib = 2**20
+    fig.add_bar(x=names, y=[r["state_bytes_per_rank"] / mib for r in rows], name="state (live)",
+                row=1, col=1)  # fmt: skip
+    fig.add_bar(x=names, y=[r["peak_bytes_per_rank"] / mib for r in rows], name="peak (live)",
+                row=1, col=1)  # fmt: skip
+    fig.add_scatter(x=names, y=[r["model_state_bytes"] / mib for r in rows], mode="markers",
+                    name="state (model)", marker={"symbol": "line-ew-open", "size": 30,
+                    "color": "black"}, row=1, col=1)  # fmt: skip
+    fig.add_bar(x=names, y=[r["comm_bytes_per_step"] / mib for r in rows], name="sent (live)",
+                row=1, col=2)  # fmt: skip
+    fig.add_scatter(x=names, y=[r["model_comm_bytes"] / mib for r in rows], mode="markers",
+                    name="sent (model)", marker={"symbol": "line-ew-open", "size": 30,
+                    "color": "gray"}, row=1, col=2)  # fmt: skip
+    fig.add_bar(x=names, y=[r["step_s"] * 1e3 for r in rows], name="step", row=1, col=3)
+    cfg = result.config
+    p = rows[0]["params"] / 1e6 if rows else 0
+    fig.update_layout(
+        title=f"{p:.1f} M parameters, Adam, fp32, on {cfg['ranks']} CPU ranks (gloo)",
+        barmode="group",
+        height=420,
+    )
+    return fig
+
+
+@figure
+def plot_state_vs_ranks(results: list[Result]):
+    """State bytes per rank against the rank count, live (markers) and model (lines)."""
+    import plotly.graph_objects as go
+
+    rows = sorted((r for res in results for r in res.records), key=lambda r: r["ranks"])
+    fig = go.Figure()
+    for strategy in dict.fromkeys(r["strategy"] for r in rows):
+        mine = [r for r in rows if r["strategy"] == strategy]
+        x = [r["ranks"] for r in mine]
+        fig.add_scatter(x=x, y=[r["state_bytes_per_rank"] / 2**20 for r in mine],
+                        mode="markers", marker={"size": 11}, name=f"{strategy} (live)")  # fmt: skip
+        fig.add_scatter(x=x, y=[r["model_state_bytes"] / 2**20 for r in mine], mode="lines",
+                        line={"dash": "dot"}, name=f"{strategy} (model)")  # fmt: skip
+    fig.update_xaxes(title="ranks", type="log", dtick=DOUBLING)
+    fig.update_yaxes(title="MiB per rank (parameters + gradients + Adam)", type="log")
+    fig.update_layout(title="Sharded state shrinks as 1/N; DDP's does not", height=400)
+    return fig

@@ -1,0 +1,92 @@
+"""The data-parallel strategies of chapter 09 part 2, each built the same way from one model.
+
+``build(strategy, model, optimizer_name, lr)`` returns ``(net, optimizer)`` that
+:func:`hpclab.train.train_step` trains unchanged:
+
+============  ======================================================================
+ddp           ``DistributedDataParallel``: everything replicated, gradients all-reduced
+zero1         :class:`hpclab.sharding.zero1.Zero1Optimizer` (by hand): optimizer state sharded,
+              gradients reduce-scattered, parameters all-gathered
+zero1-torch   DDP + ``torch.distributed.optim.ZeroRedundancyOptimizer``: optimizer state
+              sharded, but DDP's all-reduce of the whole gradient, then broadcasts
+zero2         FSDP2 ``fully_shard(reshard_after_forward=False)``: parameters stay gathered from
+              forward to backward (one all-gather per step), gradients reduce-scattered
+zero3         FSDP2 ``fully_shard(reshard_after_forward=True)``: parameters gathered again in
+              backward (two all-gathers per step, Rajbhandari et al. 2020's 1.5x DDP's volume)
+zero3-bf16    zero3 with FSDP2's ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``:
+              the all-gathers and the compute in bf16, gradients reduced in fp32, the sharded
+              parameters and Adam in fp32 (so no separate master copy)
+============  ======================================================================
+
+FSDP2 is applied bottom-up, one unit per ``nn.Linear`` and one at the root (PyTorch's
+``fully_shard`` docs). Between steps FSDP2 holds only shards in both modes (it reshards after
+backward); ``zero2`` differs from ``zero3`` inside the step, which the peak shows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from hpclab.sharding.zero1 import Zero1Optimizer
+from hpclab.train.optim import make_optimizer
+
+STRATEGIES = ("ddp", "zero1", "zero1-torch", "zero2", "zero3", "zero3-bf16")
+DEFAULT_STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
+STAGE = {"ddp": 0, "zero1": 1, "zero1-torch": 1, "zero2": 2, "zero3": 3, "zero3-bf16": 3}
+
+
+def check_strategy(strategy: str) -> None:
+    if strategy not in STRATEGIES:
+        raise ValueError(
+            f"strategy={strategy!r} does not exist; allowed: {', '.join(STRATEGIES)} "
+            "(ZeRO has stages 1 to 3; ddp is stage 0)"
+        )
+
+
+def build(
+    strategy: str, model: nn.Module, optimizer: str, lr: float, distributed: bool = True
+) -> tuple[nn.Module, Any]:
+    """``model`` wrapped by ``strategy`` and its optimizer (``distributed=False``: no process
+    group, the bare model and optimizer: the serial reference)."""
+    check_strategy(strategy)
+    if not distributed:
+        return model, make_optimizer(optimizer, model.parameters(), lr)
+    if strategy.startswith(("zero2", "zero3")):
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        policy = MixedPrecisionPolicy()  # the default: everything in the parameters' fp32
+        if strategy == "zero3-bf16":
+            policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        reshard = strategy != "zero2"
+        for layer in model.modules():
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, reshard_after_forward=reshard, mp_policy=policy)
+        fully_shard(model, reshard_after_forward=reshard, mp_policy=policy)
+        return model, make_optimizer(optimizer, model.parameters(), lr)
+    if strategy == "zero1":
+        return model, Zero1Optimizer(
+            model.parameters(), lambda ps: make_optimizer(optimizer, ps, lr)
+        )
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    net = DDP(model)
+    if strategy == "ddp":
+        return net, make_optimizer(optimizer, net.parameters(), lr)
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    cls = type(make_optimizer(optimizer, [nn.Parameter(torch.zeros(1))], lr))
+    return net, ZeroRedundancyOptimizer(net.parameters(), optimizer_class=cls, lr=lr)
+
+
+def full_params(net: nn.Module) -> torch.Tensor:
+    """Every parameter, whole, as one flat vector (a collective under FSDP2: call it on every
+    rank)."""
+    module = getattr(net, "module", net)
+    parts = []
+    for p in module.parameters():
+        whole = p.full_tensor() if hasattr(p, "full_tensor") else p
+        parts.append(whole.detach().reshape(-1).cpu())
+    return torch.cat(parts)
