@@ -105,11 +105,16 @@ def new_study(cfg: Any, redis_url: str | None = None) -> tuple[Any, dict[str, An
 def _storage(redis_url: str | None) -> Any:
     if redis_url is None:
         return None
+    import warnings
+
+    from optuna.exceptions import ExperimentalWarning
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalRedisBackend
 
-    # kombu spells a unix socket redis+socket://PATH, redis-py unix://PATH
-    return JournalStorage(JournalRedisBackend(redis_url.replace("redis+socket://", "unix://", 1)))
+    url = redis_url.replace("redis+socket://", "unix://", 1)  # kombu's spelling, redis-py's
+    with warnings.catch_warnings():  # Optuna marks its Redis journal experimental (since 3.1)
+        warnings.simplefilter("ignore", ExperimentalWarning)
+        return JournalStorage(JournalRedisBackend(url))
 
 
 def load_study(spec: dict[str, Any]) -> Any:
