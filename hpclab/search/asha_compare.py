@@ -32,7 +32,7 @@ COMPARED = ("random", "asha", "hyperband")
 class AshaConfig(Config):
     strategies: tuple = param(("random", "asha"), choices=COMPARED, help="strategies to compare")
     trials: int = param(27, min=3, max=500, quick=9, help="configurations sampled per search")
-    seeds: int = param(3, min=1, max=20, help="searches per strategy (different seeds)")
+    seeds: int = param(3, min=1, max=20, quick=2, help="searches per strategy (different seeds)")
     epochs: int = param(9, min=2, max=100, quick=3, help="epochs of a trial trained to the end")
     eta: int = param(3, min=2, max=8, help="1 in eta trials goes on at each rung")
     samples: int = param(

@@ -10,13 +10,16 @@ Backends run the same :func:`hpclab.trial.run_trial`:
 - ``array`` and ``submitit``: every trial a Slurm array task, ``throttle`` at once, ``per_task``
   trials per task (:mod:`hpclab.search.job_backends`): all asked for up front.
 
-Each record is one trial: ``trial``, its ``params``, ``val_loss``/``val_acc``, ``seconds`` (the
+Each record is one trial (:class:`hpclab.search.records.TrialRecord`, its fields below, on one
+clock): ``trial``, its ``params``, ``val_loss``/``val_acc``, ``seconds`` (the
 trial's own compute, measured where it ran), ``overhead_s`` (what the backend added: wall time
 from submission to result minus ``seconds``: queueing, dispatch, serialisation), ``start_s`` and
 ``end_s`` from the search's start, ``worker`` (the process that ran it), ``queue_s`` (submission
 until a process took the trial: the broker, or the scheduler and a throttle slot) and
 ``startup_s`` (a fresh process's interpreter, imports and data before its first trial; 0 on a
-warm worker); the job backends add ``began_s`` and ``node`` (:mod:`hpclab.search.job_backends`).
+warm worker), ``began_s`` (when its compute began), ``node``, ``curve`` (validation loss per
+epoch) and its ``fate``. With ``strategy="asha"`` or ``"hyperband"`` most trials are stopped at a
+rung (:mod:`hpclab.search.early_stopping`).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from typing import Any
 from hpclab.display import figure
 from hpclab.results import Result
 from hpclab.search.fates import fate_counts, summary
+from hpclab.search.records import fate_line
 
 
 def _label(res: Result) -> str:
@@ -157,7 +158,8 @@ def _mark_fates(fig: Any, recs: list[dict]) -> None:
                 y=[r["val_loss"] if math.isfinite(r["val_loss"]) else floor for r in these],
                 mode="markers", marker={"symbol": symbol, "color": colour, "size": 9},
                 name=f"{fate} ({len(these)})",
-                hovertext=[f"trial {r['trial'] + 1}: {fate} {r.get('error') or ''}" for r in these],
+                hovertext=[f"trial {r['trial'] + 1}: {fate_line(r)} {r.get('error') or ''}"
+                           for r in these],  # fmt: skip
             ),
             row=1, col=1,
         )  # fmt: skip

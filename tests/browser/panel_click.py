@@ -28,6 +28,10 @@ CLICKS = {
     "06_model_parallel": ("batch size", "32"),
     "08_search_autotuning": ("trials", "2"),
 }
+# Panels after the first that are pressed too: notebook -> [(panel index, label, value)].
+LATER_CLICKS = {
+    "08_search_autotuning": [(1, "trials", "6")],  # section 6: the ASHA view
+}
 
 # The output holding the first panel: controls and a Run button.
 PANEL = ".jp-OutputArea-output:has(.hpclab-control):has(button:text-is('Run'))"
@@ -63,11 +67,17 @@ def _set_control(panel, label: str, value: str) -> None:
 
 def click_first_panel(page, stem: str) -> str:
     """Change the first panel's control, press Run, wait for "done"; return what was done
-    (empty for a notebook without a panel: not in ``CLICKS``)."""
+    (empty for a notebook without a panel: not in ``CLICKS``); then the same for the later
+    panels of ``LATER_CLICKS``."""
     if stem not in CLICKS:
         return ""
-    label, value = CLICKS[stem]
-    panel = page.locator(PANEL).first
+    done = [_click_panel(page, stem, 0, *CLICKS[stem])]
+    done += [_click_panel(page, stem, *later) for later in LATER_CLICKS.get(stem, [])]
+    return "; ".join(done)
+
+
+def _click_panel(page, stem: str, nth: int, label: str, value: str) -> str:
+    panel = page.locator(PANEL).nth(nth)
     panel.wait_for(timeout=PANEL_TIMEOUT_S * 1000)  # after a reload widgets render late
     before = panel.evaluate(JS_PANEL_PLOT)
     _set_control(panel, label, value)
@@ -83,7 +93,8 @@ def click_first_panel(page, stem: str) -> str:
         page.wait_for_timeout(250)
     page.wait_for_timeout(500)  # let plotly finish drawing before the screenshot
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    panel.screenshot(path=str(ARTIFACTS / f"{stem}.png"))
-    assert text.startswith("done"), f"{stem}: Run with {label}={value} ended with {text!r}"
-    assert after is not None and after != before, f"{stem}: the figure did not change after Run"
+    name = stem if nth == 0 else f"{stem}-panel{nth + 1}"
+    panel.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+    assert text.startswith("done"), f"{name}: Run with {label}={value} ended with {text!r}"
+    assert after is not None and after != before, f"{name}: the figure did not change after Run"
     return f"Run with {label}={value}: {text.splitlines()[0]}"
