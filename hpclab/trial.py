@@ -125,7 +125,8 @@ def _train(params, epochs, seed, report, samples, save_to, checkpoint) -> dict[s
         if not math.isfinite(val_loss):
             val_loss = math.inf
             break
-        if report is not None and report(epoch, val_loss):
+        # a trial told to stop after its last epoch has finished: it is not "stopped"
+        if report is not None and report(epoch, val_loss) and done < epochs:
             pruned = True
             break
     if save_to:
