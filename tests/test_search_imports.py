@@ -57,10 +57,26 @@ def _cycle(graph: dict[str, set[str]]) -> list[str]:
 
 def test_the_search_package_has_no_import_cycle():
     graph = _graph()
-    assert "celery_app" in graph and "records" in graph
+    assert "celery_app" in graph and "search_config" in graph
     assert _cycle(graph) == [], " -> ".join(_cycle(graph))
 
 
 def test_the_cycle_finder_finds_one():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) == []
+
+
+def test_chapter_07_and_the_trial_do_not_import_the_search():
+    """The search (08) uses the cluster (07) and the trial; never the other way round: the
+    record both chapters share lives in hpclab.trial_record."""
+    root = PACKAGE.parent
+    files = [*sorted((root / "cluster").glob("*.py")), root / "trial.py", root / "trial_record.py"]
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            mods = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                mods = [node.module]
+            elif isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            bad = [m for m in mods if m.startswith("hpclab.search")]
+            assert not bad, f"{path.name} imports {bad}"

@@ -34,7 +34,7 @@ from hpclab.cluster.spec import JobSpec
 from hpclab.config import Config, ConfigError, param
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
-from hpclab.search.records import TrialRecord, clock
+from hpclab.trial_record import TrialRecord, clock
 
 LRS = (0.01, 0.03, 0.1, 0.3)
 BATCHES = (16, 64)

@@ -5,7 +5,7 @@
 - :mod:`~hpclab.search.strategies`: grid, random and model-based (Optuna TPE) search;
   :mod:`~hpclab.search.early_stopping`: ASHA and Hyperband (Optuna's pruners; synchronous rungs
   on job arrays), compared with random search in :mod:`~hpclab.search.asha_compare`;
-- :mod:`~hpclab.search.records`: one trial's record and its fate (:mod:`~hpclab.search.fates`),
+- :mod:`~hpclab.trial_record`: one trial's record and its fate (:mod:`~hpclab.search.fates`),
   the same on every backend; :mod:`~hpclab.search.search_config`: the config and the one
   signature of a backend;
 - :mod:`~hpclab.search.broker`, :mod:`~hpclab.search.celery_app` and :mod:`~hpclab.search.tasks`:

@@ -15,9 +15,9 @@ from typing import Any
 
 from hpclab.progress import Cancelled, Progress
 from hpclab.search.fates import SearchStopped
-from hpclab.search.records import TrialRecord, clock
 from hpclab.search.search_config import SearchConfig
 from hpclab.search.strategies import EARLY_STOPPING, Searcher
+from hpclab.trial_record import TrialRecord, clock
 
 
 def run_celery(cfg: SearchConfig, searcher: Searcher, progress: Progress) -> list[TrialRecord]:

@@ -12,7 +12,7 @@ Every trial a search was asked for ends as exactly one ``fate``:
 - ``never run``: never handed to a worker, because the search stopped first.
 
 So the counts always add up to the trials asked for (:func:`fate_counts`); the records themselves
-are :class:`hpclab.search.records.TrialRecord`. A search that cannot
+are :class:`hpclab.trial_record.TrialRecord`. A search that cannot
 finish raises :class:`SearchIncomplete` carrying the result with every trial accounted for: the
 CLI prints (and with ``--save`` stores) that result and exits non-zero; a notebook finds it in
 the exception's ``result``.
@@ -23,22 +23,14 @@ from __future__ import annotations
 from typing import Any
 
 from hpclab.config import RunError
+from hpclab.trial_record import CAUSES, FATES
 
-FATES = ("finished", "failed", "stopped", "never run")
-CAUSES = (
-    "exception",
-    "killed by signal",
-    "out of memory",
-    "worker lost",
-    "broker lost",
-    "interrupted",
-    "job ended",
-)
+__all__ = ["CAUSES", "FATES", "SearchIncomplete", "SearchStopped", "fate_counts", "summary"]
 
 
 class SearchStopped(Exception):
     """Raised by a backend that cannot go on: ``records`` holds every trial it handed out
-    (:class:`~hpclab.search.records.TrialRecord`)."""
+    (:class:`~hpclab.trial_record.TrialRecord`)."""
 
     def __init__(self, cause: str, message: str, records: list[Any]) -> None:
         super().__init__(message)

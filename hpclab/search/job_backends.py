@@ -19,7 +19,7 @@ first trial: interpreter, torch, the data, a first step; 0 for the later trials 
 ``began_s`` (when its compute began, from the search's start) and ``node``; ``overhead_s`` is the
 wall time from submission until the notebook has the result, less the trial's compute (so for
 the later trials of a task it also holds the earlier trials they waited behind). Records are
-:class:`~hpclab.search.records.TrialRecord`, on its one clock (the wall clock, comparable
+:class:`~hpclab.trial_record.TrialRecord`, on its one clock (the wall clock, comparable
 across the nodes of a cluster whose clocks are synchronised).
 
 With early stopping (asha, hyperband) the array backend runs synchronous rungs: one array per
@@ -32,9 +32,9 @@ import time
 from pathlib import Path
 
 from hpclab.progress import Progress
-from hpclab.search.records import TrialRecord, clock
 from hpclab.search.search_config import SearchConfig
 from hpclab.search.strategies import EARLY_STOPPING, Searcher
+from hpclab.trial_record import TrialRecord, clock
 
 
 def _chunks(batch: list[tuple[int, dict]], per_task: int) -> list[list[tuple[int, dict]]]:

@@ -1,7 +1,7 @@
 """The ``search`` experiment's config, and the one signature every backend has (chapter 08).
 
 A backend (:data:`Backend`) takes the config, the searcher and the progress, runs the trials it
-asks the searcher for, and returns one :class:`~hpclab.search.records.TrialRecord` per trial
+asks the searcher for, and returns one :class:`~hpclab.trial_record.TrialRecord` per trial
 it handed out; a backend that cannot go on raises :class:`~hpclab.search.fates.SearchStopped`.
 """
 
@@ -12,8 +12,8 @@ from typing import Protocol
 
 from hpclab.config import Config, ConfigError, param
 from hpclab.progress import Progress
-from hpclab.search.records import TrialRecord
 from hpclab.search.strategies import EARLY_STOPPING, STRATEGIES, Searcher
+from hpclab.trial_record import TrialRecord
 
 BACKENDS = ("sequential", "array", "submitit", "celery")
 WHERE = ("local", "slurm")

@@ -10,7 +10,7 @@ Backends run the same :func:`hpclab.trial.run_trial`:
 - ``array`` and ``submitit``: every trial a Slurm array task, ``throttle`` at once, ``per_task``
   trials per task (:mod:`hpclab.search.job_backends`): all asked for up front.
 
-Each record is one trial (:class:`hpclab.search.records.TrialRecord`, its fields below, on one
+Each record is one trial (:class:`hpclab.trial_record.TrialRecord`, its fields below, on one
 clock): ``trial``, its ``params``, ``val_loss``/``val_acc``, ``seconds`` (the
 trial's own compute, measured where it ran), ``overhead_s`` (what the backend added: wall time
 from submission to result minus ``seconds``: queueing, dispatch, serialisation), ``start_s`` and
@@ -30,10 +30,10 @@ from typing import Any
 from hpclab.progress import Cancelled, Progress
 from hpclab.results import Result, make_result
 from hpclab.search.fates import SearchIncomplete, SearchStopped, summary
-from hpclab.search.records import TrialRecord, account_for_all, clock
 from hpclab.search.search_config import BACKENDS, WHERE, Backend, SearchConfig
 from hpclab.search.search_plot import backends_table, plot_search, what_ran  # noqa: F401 (the chapter's)
 from hpclab.search.strategies import EARLY_STOPPING, Searcher
+from hpclab.trial_record import TrialRecord, account_for_all, clock
 
 __all__ = ["BACKENDS", "WHERE", "SearchConfig", "run_search", "three_ways", "what_ran"]
 

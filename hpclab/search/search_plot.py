@@ -10,7 +10,7 @@ from typing import Any
 from hpclab.display import figure
 from hpclab.results import Result
 from hpclab.search.fates import fate_counts, summary
-from hpclab.search.records import fate_line
+from hpclab.trial_record import fate_line
 
 
 def _label(res: Result) -> str:
@@ -106,7 +106,7 @@ def plot_search(result: Result) -> Any:
         # Grey: waiting (queue, throttle or broker); orange: a fresh process starting (imports,
         # data, a first step); blue: the trial computing; light grey: until the notebook had
         # the result. A later trial of a task runs in its warm process: no queue, no start-up.
-        # One clock for every backend (:mod:`hpclab.search.records`): the same segments.
+        # One clock for every backend (:mod:`hpclab.trial_record`): the same segments.
         began = r["began_s"]
         segments = [(began, r["seconds"], "#1f77b4", "computing"),
                     (began + r["seconds"], r["end_s"] - began - r["seconds"], "#e5e5e5",

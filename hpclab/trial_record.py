@@ -1,5 +1,7 @@
 """One trial's record, the same on every backend of the search (chapter 08) and in chapter 07's
-job array: one dataclass, one clock, one builder.
+job array: one dataclass, one clock, one builder. It lives beside :mod:`hpclab.trial` (which both
+chapters share), below :mod:`hpclab.cluster` and :mod:`hpclab.search`, so neither imports the
+other for it.
 
 The clock is the wall clock (``time.time()``): a trial that ran in another process, or on another
 node of a cluster whose clocks are synchronised, is stamped on the same clock as the searcher's
@@ -15,8 +17,17 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hpclab.search.fates import CAUSES, FATES
-
+# What became of a trial (:mod:`hpclab.search.fates` explains each); a failed trial's cause.
+FATES = ("finished", "failed", "stopped", "never run")
+CAUSES = (
+    "exception",
+    "killed by signal",
+    "out of memory",
+    "worker lost",
+    "broker lost",
+    "interrupted",
+    "job ended",
+)
 clock = time.time  # the one clock of every search timestamp (seconds, wall clock)
 
 
