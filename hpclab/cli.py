@@ -96,6 +96,22 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if any(c.level == "fail" for c in checks) else 0
 
 
+def _list_experiments() -> int:
+    """``hpclab run --list``: every experiment by chapter; a module that did not load, on stderr."""
+    from hpclab import experiments
+
+    registry = experiments.registry()
+    for name, exp in sorted(registry.items(), key=lambda kv: (kv[1].chapter, kv[0])):
+        print(f"{name:<20} ch{exp.chapter}  {exp.help}")
+    for module, reason in experiments.unavailable().items():
+        print(
+            f"{module} did not load ({reason}); its experiments are missing: "
+            "reinstall with `pip install -e .`",
+            file=sys.stderr,
+        )
+    return 0
+
+
 def _cmd_run(argv: list[str]) -> int:
     from hpclab import experiments
 
@@ -107,16 +123,7 @@ def _cmd_run(argv: list[str]) -> int:
     if known.list or not known.name:
         if known.name is None and not known.list and not known.help:
             _fail("hpclab run needs an experiment name; try `hpclab run --list`")
-        registry = experiments.registry()
-        for name, exp in sorted(registry.items(), key=lambda kv: (kv[1].chapter, kv[0])):
-            print(f"{name:<20} ch{exp.chapter}  {exp.help}")
-        for module, reason in experiments.unavailable().items():
-            print(
-                f"{module} did not load ({reason}); its experiments are missing: "
-                "reinstall with `pip install -e .`",
-                file=sys.stderr,
-            )
-        return 0
+        return _list_experiments()
     try:
         exp = experiments.get(known.name)
     except ConfigError as err:
@@ -312,7 +319,25 @@ def run() -> None:
         sys.stderr.write("hpclab: cancelled\n")
         code = 130
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the process entry: always the main thread
+    if code == 130:
+        _forget_interrupt()
     raise SystemExit(code)
+
+
+def _forget_interrupt() -> None:
+    """Clear CPython's "unhandled KeyboardInterrupt" mark once the interrupt has been handled.
+
+    CPython sets that mark whenever a KeyboardInterrupt leaves code it runs through its
+    ``PyRun_*`` entry points (some imports do), and never clears it when the interrupt is then
+    caught; under ``python -m`` the interpreter reads it at exit and kills itself with SIGINT,
+    so a handled Ctrl-C ended -2 instead of 130 (about 1 run in 20 when the signal lands in
+    torch's import). Running an empty statement through the same entry point resets the mark."""
+    try:
+        import ctypes
+
+        ctypes.pythonapi.PyRun_SimpleString(b"pass")
+    except (ImportError, AttributeError, OSError):  # not CPython: no such mark
+        pass
 
 
 if __name__ == "__main__":

@@ -65,6 +65,10 @@ def _cuda_visible(info: dict[str, Any]) -> Check:
             "CUDA_VISIBLE_DEVICES is set but empty: every GPU is hidden",
             "unset CUDA_VISIBLE_DEVICES, or list the GPUs to use",
         )
+    if (cvd and "MIG-" in cvd) or os.environ.get("CUDA_MPS_PIPE_DIRECTORY"):
+        from hpclab.cluster.gpu_sharing import sharing  # chapter 07: MIG and MPS
+
+        return Check("cuda_visible_devices", "ok", sharing()["text"])
     return Check("cuda_visible_devices", "ok", f"CUDA_VISIBLE_DEVICES={cvd!r}" if cvd else "unset")
 
 
@@ -272,6 +276,13 @@ def _slurm_job(info: dict[str, Any]) -> Check:
     given.append(f"{job.gpus or 0} GPU{'s' if (job.gpus or 0) != 1 else ''}")
     left = f", {format_duration(job.time_left_s)} left" if job.time_left_s is not None else ""
     text = f"{site}job {job.job_id} on {job.node or '?'}: {', '.join(given)}{left}"
+    cpus = info.get("cpus_allowed")
+    if cpus:  # the binding (chapter 07): two ranks with one CPU list share those cores
+        from hpclab.cluster.binding import cpu_list, mask
+
+        rank = os.environ.get("SLURM_PROCID")
+        who = f"rank {rank}" if rank is not None else "this process"
+        text += f"; {who} on CPUs {cpu_list(cpus)} (mask {mask(cpus)})"
     affinity = (info.get("cores_usable_sources") or {}).get("affinity")
     if job.cpus and affinity and affinity > job.cpus:
         return Check(

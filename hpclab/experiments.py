@@ -29,6 +29,7 @@ TOPICS: tuple[str, ...] = (
     "hpclab.parallel.experiments",
     "hpclab.cluster.experiments",
     "hpclab.search.experiments",
+    "hpclab.memory.experiments",
 )
 
 

@@ -36,6 +36,11 @@ CHAPTERS: tuple[tuple[str, str, str], ...] = (
     ),
     ("07", "On the cluster", "Slurm jobs, multi-node torchrun, checkpoint/restart"),
     ("08", "Search and autotuning", "grid/random/TPE, job arrays, Celery workers, autotuning"),
+    (
+        "09",
+        "Memory and precision (09, part 1)",
+        "a step's bytes measured vs modelled, bf16/fp16 + loss scaling, checkpointing",
+    ),
 )
 
 

@@ -148,7 +148,11 @@ write_conf() {
     echo "MpiDefault=none"
     echo "MailProg=/bin/true"
     echo "AccountingStorageType=accounting_storage/none"
-    echo "JobAcctGatherType=jobacct_gather/none"
+    # job accounting gathering: slurmstepd samples each step's processes (CPU time, RSS) every
+    # second, which sstat reads while the job runs; no database (slurmdbd + MariaDB would cost CI
+    # start-up time and disk): after the job, sacct -c knows its state and times, not its usage
+    echo "JobAcctGatherType=jobacct_gather/linux"
+    echo "JobAcctGatherFrequency=task=1"
     echo "JobCompType=jobcomp/filetxt"
     echo "JobCompLoc=$LOG/jobcomp.txt"
     echo "ReturnToService=2"
@@ -186,6 +190,8 @@ write_conf() {
 
 healthy() {
   [ -s "$CONF" ] || return 1
+  # a cluster started by an older version of this script (no accounting gathering) is restarted
+  grep -q '^JobAcctGatherType=jobacct_gather/linux$' "$CONF" || return 1
   alive "$(pid_of "$RUN/munged.pid")" || return 1
   alive "$(pid_of "$RUN/slurmctld.pid")" || return 1
   local n

@@ -7,8 +7,8 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
+from hpclab.check import cost_model
 from hpclab.check import ddp as check
-from hpclab.check import ddp_model
 from hpclab.ddp import serial_loop as ex
 from hpclab.ddp.ring import ring_allreduce
 from hpclab.train import train_step
@@ -278,7 +278,7 @@ def busbw_solution(nbytes, seconds, ranks):
 
 
 def test_busbw_accepts_the_formula():
-    ok = ddp_model.busbw(busbw_solution, M, T, 2)
+    ok = cost_model.busbw(busbw_solution, M, T, 2)
     assert ok.passed and "2, 3, 4 and 8 ranks" in ok.message
 
 
@@ -299,26 +299,26 @@ def test_busbw_accepts_the_formula():
     ],
 )
 def test_busbw_rejects_wrong_formulas_with_the_right_advice(wrong, advice):
-    r = ddp_model.busbw(wrong, M, T, 2)
+    r = cost_model.busbw(wrong, M, T, 2)
     assert not r.passed and advice in r.message, r.message
     if advice == "expected":  # says what differs, claims no specific slip
         assert "for " in r.message and "ranks you return" in r.message
 
 
 def test_busbw_wants_a_function_and_says_not_yet_for_the_stub():
-    r = ddp_model.busbw(1.5, M, T, 2)
+    r = cost_model.busbw(1.5, M, T, 2)
     assert not r.passed and "function" in r.message
 
     def stub(nbytes, seconds, ranks):
         raise NotImplementedError("not done")
 
-    r = ddp_model.busbw(stub, M, T, 2)
+    r = cost_model.busbw(stub, M, T, 2)
     assert not r.passed and "not written yet" in r.message
 
     def broken(nbytes, seconds, ranks):
         raise TypeError("bad operand")
 
-    r = ddp_model.busbw(broken, M, T, 2)
+    r = cost_model.busbw(broken, M, T, 2)
     assert not r.passed and r.message.count("TypeError") == 1
 
 
@@ -331,7 +331,7 @@ def eff_solution(c, m, n, a, b):
 
 
 def test_efficiency_accepts_the_model():
-    ok = ddp_model.efficiency_prediction(eff_solution, *ARGS)
+    ok = cost_model.efficiency_prediction(eff_solution, *ARGS)
     assert ok.passed, ok.message
 
 
@@ -350,5 +350,5 @@ def test_efficiency_accepts_the_model():
     ],
 )
 def test_efficiency_rejects_wrong_models_with_the_right_advice(wrong, advice):
-    r = ddp_model.efficiency_prediction(wrong, *ARGS)
+    r = cost_model.efficiency_prediction(wrong, *ARGS)
     assert not r.passed and advice in r.message, r.message

@@ -271,7 +271,7 @@ def _mistakes():
     """(label, check call, words of the hint it must show): each wrong answer makes exactly the
     mistake that its hint describes."""
     from hpclab.check import compute as C
-    from hpclab.check import ddp_model as D
+    from hpclab.check import cost_model as D
     from hpclab.check import parallel as P
     from hpclab.check import storage as S
     from hpclab.check import topology as T

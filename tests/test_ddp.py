@@ -132,6 +132,12 @@ def test_run_ddp_records_and_efficiency():
     assert two["comm_s"] == pytest.approx(max(0.0, two["step_s"] - two["compute_s"]))
     assert two["params_max_diff"] == 0.0 and two["backend"] == "gloo"
     assert two["allreduce_s"] > 0 and two["startup_s"] > 0
+    # MFU over both ranks' cores: model FLOPs per second / the peak of 2 x threads cores
+    from hpclab.compute.device import peak_gflops
+
+    peak, _ = peak_gflops("cpu", "fp32", 2 * two["threads_per_rank"])
+    assert two["peak_gflops"] == peak and two["flops_per_sample"] == one["flops_per_sample"] > 0
+    assert two["mfu"] == pytest.approx(two["flops_per_sample"] * two["samples_per_s"] / peak / 1e9)
     # The model shares out (here: repeats, weak scaling) the one-rank step and adds the
     # all-reduce: no overlap, so its efficiency stays below 1 however noisy the timings.
     share = two["per_rank_batch"] / one["per_rank_batch"]

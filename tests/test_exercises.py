@@ -125,7 +125,7 @@ def test_repository_exercises_are_up_to_date():
 
 
 def test_checks_say_not_yet_for_every_unsolved_form(monkeypatch):
-    from hpclab.check import ddp_model, solved, welcome
+    from hpclab.check import cost_model, solved, welcome
 
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
     r = welcome.peak(..., {"cores_usable": 1})
@@ -135,7 +135,7 @@ def test_checks_say_not_yet_for_every_unsolved_form(monkeypatch):
         # HINT: a nudge
         raise NotImplementedError("exercise not done yet: replace this line with your code")
 
-    r = ddp_model.busbw(stub, 1e6, 1e-3, 2)
+    r = cost_model.busbw(stub, 1e6, 1e-3, 2)
     assert not r.passed and "stub is not written yet" in r.message
     assert not solved(stub)
 

@@ -21,7 +21,11 @@ pytest.importorskip("ipywidgets")
 
 from hpclab.widgets import panel  # noqa: E402
 from hpclab.widgets.controls import set_max  # noqa: E402
-from hpclab.widgets.scaling_explorer import dp_by_hand_panel, scaling_explorer  # noqa: E402
+from hpclab.widgets.scaling_explorer import (  # noqa: E402
+    dp_by_hand_panel,
+    scaling_explorer,
+    time_to_accuracy_panel,
+)
 
 JOIN_S = 300  # generous: a loaded 2-core machine; a healthy run here takes seconds
 
@@ -136,6 +140,13 @@ def shows_ddp(p, model):
     assert sorted(thru.x) == sorted(r["ranks"] for r in live)
 
 
+def shows_time_to_target(p, rule):
+    (rec,) = [r for r in p.results[-1].records if r["tier"] == "live"]
+    assert p.results[-1].config["lr_rule"] == rule and "steps_to_target" in rec
+    plotted = {y for t in p.figure.data for y in t.y}
+    assert rec["time_to_target_s"] in plotted or "never reached" in p.figure.layout.title.text
+
+
 def shows_gpus_up_to(trace_name: str):
     def check(p, max_gpus):
         assert max(r["gpus"] for r in p.results[-1].records if r["tier"] == "model") == max_gpus
@@ -215,6 +226,11 @@ CASES = {
         lambda: scaling_explorer(run_now=False),
         "model", ("cnn", "deep", "large", "tiny"), shows_ddp,
         setting(scaling="strong", batch_size=33),
+    ),
+    "ddp time to accuracy": Case(
+        lambda: time_to_accuracy_panel(run_now=False),
+        "lr_rule", ("sqrt", "linear", "none", "linear"), shows_time_to_target,
+        setting(warmup_epochs=5.0), cheap={"ranks": 1},
     ),
     "scaling-model": Case(
         lambda: panel("scaling-model", fields=("workload", "link", "network", "gpus_per_node",

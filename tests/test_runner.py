@@ -54,7 +54,7 @@ def test_job_monitor_cancel_failure_is_one_line():
     job = SimpleNamespace(job_id="7", cancel=scancel_missing, cluster=SimpleNamespace(poll_s=1))
     mon = JobMonitor(job, start=False)
     mon.cancel_button.click()  # must not raise
-    assert mon.status.value.startswith("FileNotFoundError: [Errno 2]")
+    assert "error: FileNotFoundError: [Errno 2]" in mon.status.value
     assert "more" not in mon.status.value
 
 

@@ -119,7 +119,7 @@ def test_all_workers_killed_accounts_for_every_trial(tmp_path):
             w.kill()
 
     code, out, err, started = _search_then(kill_workers, tmp_path)
-    result = _check(code, out, err, started, "all 2 workers died (killed by signal 9)")
+    result = _check(code, out, err, started, "all 2 workers died: killed by SIGKILL (signal 9)")
     failed = [r for r in result["records"] if r["fate"] == "failed"]
     assert all(r["cause"] == "worker lost" for r in failed)
 

@@ -90,7 +90,7 @@ def test_usable_cores_honours_cgroup_quota(monkeypatch):
     assert sysinfo._cgroup_cpus() == 3
     fake["/sys/fs/cgroup/job/memory.max"] = str(4 * 2**30)  # e.g. sbatch --mem=4G
     fake["/sys/fs/cgroup/memory.max"] = "max"
-    assert sysinfo._cgroup_mem_gb() == 4.0
+    assert sysinfo.cgroup_mem_gb() == 4.0
     v1 = {"/proc/self/cgroup": "4:memory:/slurm/job_1\n2:cpu,cpuacct:/slurm/job_1\n0::/\n"}
     v1["/sys/fs/cgroup/memory/slurm/job_1/memory.limit_in_bytes"] = str(2 * 2**30)
     v1["/sys/fs/cgroup/memory/memory.limit_in_bytes"] = "9223372036854771712"
@@ -99,7 +99,7 @@ def test_usable_cores_honours_cgroup_quota(monkeypatch):
     v1["/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us"] = "-1"
     v1["/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us"] = "100000"
     monkeypatch.setattr(sysinfo, "read_text", v1.get)
-    assert sysinfo._cgroup_mem_gb() == 2.0 and sysinfo._cgroup_cpus() == 2
+    assert sysinfo.cgroup_mem_gb() == 2.0 and sysinfo._cgroup_cpus() == 2
 
 
 def _topology(root, cores: dict[int, tuple[int, int]]) -> str:

@@ -271,3 +271,7 @@ def check_array_plan(plan: Callable[[int, int], str], trial_minutes: float = 20.
         "every trial once, never more tasks at once than GPUs, and the shortest modelled wall "
         f"time: ceil(N/K) x {trial_minutes:g} min"
     )
+
+
+# Exercise (e), what a run costs, has its own module; it is one of this chapter's checks.
+from hpclab.check.cluster_cost import check_run_cost  # noqa: E402, F401

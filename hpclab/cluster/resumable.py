@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from hpclab.cluster.checkpoint import load_latest, save_atomic, save_checkpoint
+from hpclab.dist.placement import torch_threads
 from hpclab.train import flat_params, make_model, synthetic_images, train_step
 
 BATCH = 32
@@ -92,15 +93,11 @@ class Trainer:
 def train_uninterrupted(steps: int, seed: int = 0) -> torch.Tensor:
     """The reference: the same training in one go, no signal, no checkpoint (one thread, as
     in the job: another thread count sums in another order and differs in the last bits)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         t = Trainer(seed)
         while t.step < steps:
             t.train_one()
         return t.flat()
-    finally:
-        torch.set_num_threads(threads)
 
 
 def log(*parts: object) -> None:
@@ -122,7 +119,8 @@ def main(out_dir: str, steps: int, step_delay_s: float, seed: int) -> int:
     warned: list[float] = []
     signal.signal(signal.SIGUSR2, lambda *_: warned.append(time.time()))
     try:
-        return _train(Path(out_dir), steps, step_delay_s, seed, warned)
+        with torch_threads(1):  # as the reference: one thread sums in one order
+            return _train(Path(out_dir), steps, step_delay_s, seed, warned)
     finally:
         signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 
@@ -130,7 +128,6 @@ def main(out_dir: str, steps: int, step_delay_s: float, seed: int) -> int:
 def _train(out: Path, steps: int, step_delay_s: float, seed: int, warned: list[float]) -> int:
     attempt = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
     record(out, {"event": "start", "attempt": attempt, "at": time.time()})
-    torch.set_num_threads(1)
     t = Trainer(seed)
     state, path, refused = load_latest(out / "checkpoints")
     for line in refused:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
+from hpclab.cluster.binding import BIND_LINES
 from hpclab.cluster.profiles import SiteProfile
 from hpclab.cluster.spec import JobSpec
 
@@ -36,6 +37,8 @@ def directives(spec: JobSpec, site: SiteProfile) -> list[str]:
         out.append(f"--signal={spec.signal}")
     if spec.requeue:
         out.append("--requeue")
+    if spec.dependency:
+        out.append(f"--dependency={spec.dependency}")
     return out
 
 
@@ -59,6 +62,7 @@ def render(
     for key, value in (env or {}).items():
         lines.append(f"export {key}={shlex.quote(value)}")
     lines += list(site.setup)
+    lines += BIND_LINES
     # node-local scratch: fast disk private to the job (Guan 2019, Mao 2017: stage data there)
     lines.append(f'export SLURM_TMPDIR="{site.tmpdir}"')
     lines.append('mkdir -p -m 0700 "$SLURM_TMPDIR"')  # private to its user

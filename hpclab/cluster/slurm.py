@@ -299,6 +299,10 @@ class Job:
             return ""
         return "\n".join(text.splitlines()[-tail:]) if tail else text
 
+    def after(self, kind: str = "afterok") -> str:
+        """A ``--dependency`` on this job: ``afterok`` (it completed), ``afternotok``, ``afterany``."""
+        return f"{kind}:{self.job_id}"
+
     def cancel(self) -> None:
         if self.job_id:
             self.cluster.cancel(self.job_id)

@@ -24,6 +24,10 @@ _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 _MEM = re.compile(r"^(\d+)([KMGT]?)$", re.IGNORECASE)
 _ARRAY = re.compile(r"^(\d+(?:-\d+(?::\d+)?)?)(,\d+(?:-\d+(?::\d+)?)?)*(%\d+)?$")
 _SIGNAL = re.compile(r"^(B:)?(USR1|USR2|TERM|INT|HUP|URG)(@\d+)?$")
+_DEPENDENCY = re.compile(
+    r"^(?:(?:after|afterany|afterok|afternotok|aftercorr)(?::\d+(?:_\d+)?(?:\+\d+)?)+|singleton)"
+    r"(?:[,?](?:(?:after|afterany|afterok|afternotok|aftercorr)(?::\d+(?:_\d+)?(?:\+\d+)?)+|singleton))*$"
+)
 _NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
 
 
@@ -79,6 +83,7 @@ class JobSpec(Config):
     array: str = param("", help="job array (--array), e.g. 0-15%4; empty: no array")
     signal: str = param("", help="warning signal (--signal), e.g. B:USR2@60")
     requeue: bool = param(False, help="may be requeued (--requeue)")
+    dependency: str = param("", help="start after other jobs (--dependency), e.g. afterok:123")
 
     def check(self) -> None:
         if not _NAME.match(self.name):
@@ -106,6 +111,13 @@ class JobSpec(Config):
                     f"signal={self.signal!r} would come {before} s before a limit of "
                     f"{time_seconds(self.time)} s, i.e. at the start; allowed: @ below the time limit"
                 )
+
+        if self.dependency and not _DEPENDENCY.match(self.dependency):
+            raise ConfigError(
+                f"dependency={self.dependency!r} is not a Slurm dependency; allowed: "
+                "afterok|afterany|afternotok|after|aftercorr:JOBID[:JOBID...] or singleton, "
+                "joined by , (all) or ? (any)"
+            )
 
     @property
     def time_s(self) -> int:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from hpclab.compute import device as dev
+from hpclab.compute.mfu import gemm_ceiling, mfu_fields
 from hpclab.config import Config, ConfigError, param
 from hpclab.display import figure, plural, split_runs
 from hpclab.progress import Progress
@@ -73,7 +74,7 @@ def measure_step(
 ) -> dict[str, Any]:
     """Time ``steps`` SGD steps at ``batch_size`` (after 3 warm-up steps); one record."""
     from hpclab.measure.timing import time_fn
-    from hpclab.train import make_model, parameter_count, train_step
+    from hpclab.train import flops_per_sample, make_model, parameter_count, train_step
 
     n, features = x.shape
     model = make_model(model_name, in_features=features).to(device)
@@ -93,6 +94,7 @@ def measure_step(
     return {
         "model": model_name,
         "parameters": parameter_count(model),
+        "flops_per_sample": flops_per_sample(model, features),
         "batch_size": batch_size,
         "samples_per_s": batch_size / timing.median_s,
         "loss_first": losses[0],
@@ -118,16 +120,24 @@ def run_throughput(config: ThroughputConfig, progress: Progress) -> Result:
     for d, _, b in plan:
         dev.ensure_fits(row_bytes * b, d, f"8 batches of {b} samples")
     records: list[dict[str, Any]] = []
+    ceilings: dict[tuple[str, int], dict[str, Any]] = {}  # one GEMM probe per device and threads
     for i, (device, t, batch) in enumerate(plan):
         progress.update(i, len(plan), f"batch {batch} on {device}, {t or '-'} threads")
         with dev.torch_threads(t if device == "cpu" else 0) as used:
             rec = measure_step(config.model, x, y, batch, device, config.steps, config.lr)
+        threads = used if device == "cpu" else None
+        if (device, t) not in ceilings:
+            ceilings[device, t] = gemm_ceiling(device, threads)
         records.append(
             {
                 "device": device,
-                "threads": used if device == "cpu" else None,
+                "threads": threads,
                 "data": config.data,
                 **rec,
+                **mfu_fields(
+                    rec["flops_per_sample"], rec["samples_per_s"], device, threads=threads
+                ),
+                **ceilings[device, t],
             }
         )
     if config.references:

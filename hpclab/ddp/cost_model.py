@@ -179,7 +179,7 @@ def predict(
     """Predicted step on ``gpus`` GPUs; efficiency = throughput / (gpus x one GPU's)."""
     if gpus < 1:
         raise ValueError(f"gpus={gpus} must be >= 1")
-    chosen = LINKS[link] if gpus <= gpus_per_node else _slowest(LINKS[link], LINKS[network])
+    chosen = LINKS[link] if gpus <= gpus_per_node else slowest_link(LINKS[link], LINKS[network])
     name = link if gpus <= gpus_per_node else f"{network} (across nodes)"
     alpha = (chosen.alpha_us if alpha_us is None else alpha_us) * 1e-6
     bw = chosen.bandwidth_gbps * link_efficiency if bandwidth_gbps is None else bandwidth_gbps
@@ -194,7 +194,7 @@ def predict(
     return Prediction(gpus, per_gpu, comp, comm, step, rate, rate / (gpus * one_rate), name)
 
 
-def _slowest(a: Link, b: Link) -> Link:
+def slowest_link(a: Link, b: Link) -> Link:
     """A ring is as fast as its slowest hop and as slow as its slowest latency."""
     return Link(min(a.bandwidth_gbps, b.bandwidth_gbps), max(a.alpha_us, b.alpha_us), "")
 

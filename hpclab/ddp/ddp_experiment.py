@@ -12,6 +12,11 @@ threads as each of them (so "one GPU" and "each of n GPUs" have the same power).
   all-reduce of the gradient bytes (no overlap): its efficiency stays below 1.
 
 Weak scaling keeps ``batch_size`` per rank; strong scaling splits a global ``batch_size``.
+
+With ``target_acc`` > 0 each run trains the teacher task to that validation accuracy instead of
+timing fixed steps (:mod:`hpclab.ddp.time_to_accuracy`): the records add steps, epochs, time and
+core-hours to the target beside samples/s, and the model record predicts the time to target
+from the modelled step.
 """
 
 from __future__ import annotations
@@ -20,12 +25,15 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from hpclab.compute.mfu import mfu_fields
 from hpclab.config import Config, ConfigError, param
+from hpclab.ddp.time_to_accuracy import target_fields, target_spec
 from hpclab.display import plural
 from hpclab.dist.placement import DEVICES, gpu_count, place
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
-from hpclab.train import MODELS, TrainSpec, run_spec
+from hpclab.train import MODELS, TrainSpec, ddp_worker, run_spec, target_worker
+from hpclab.train.optim import LR_RULES
 
 
 @dataclass(frozen=True)
@@ -49,8 +57,22 @@ class DDPConfig(Config):
     )
     baseline: bool = param(True, help="also run one rank, for the efficiency")
     seed: int = param(0, min=0, max=2**31 - 1, help="data, shuffle and weight seed")
+    target_acc: float = param(
+        0.0, min=0.0, max=1.0, help="train the teacher task to this validation accuracy (0: off)"
+    )
+    lr: float = param(0.05, min=1e-4, max=100.0, log=True, help="learning rate (at one rank)")
+    lr_rule: str = param(
+        "none", choices=LR_RULES, help="rate as the global batch grows from one rank's batch"
+    )
+    warmup_epochs: float = param(0.0, min=0.0, max=100.0, help="linear warm-up (target runs)")
+    max_epochs: float = param(10.0, min=0.1, max=1000.0, quick=4.0, help="target runs stop here")
 
     def check(self) -> None:
+        if self.warmup_epochs > self.max_epochs:
+            raise ConfigError(
+                f"warmup_epochs={self.warmup_epochs:g} is longer than the run (max_epochs="
+                f"{self.max_epochs:g}); allowed: warmup_epochs <= max_epochs"
+            )
         if self.scaling == "strong" and self.batch_size % self.ranks:
             lo = self.batch_size // self.ranks * self.ranks
             near = sorted({v for v in (lo, lo + self.ranks) if v > 0})
@@ -76,9 +98,11 @@ class DDPConfig(Config):
 
 
 def launch_spec(ranks: int, spec: TrainSpec, device: str, threads: int, progress: Progress):
-    """Run ``spec`` on ``ranks`` ranks; returns (per-rank outputs, launch wall time)."""
+    """Run ``spec`` on ``ranks`` ranks (to its target when it has one); returns (per-rank
+    outputs, launch wall time)."""
     started = time.time()  # the "button press": includes run_spec's one-time preload
-    outs = run_spec(spec, ranks, device=device, threads=threads, progress=progress)
+    worker = target_worker if spec.target_acc else ddp_worker
+    outs = run_spec(spec, ranks, worker=worker, device=device, threads=threads, progress=progress)
     return outs, started
 
 
@@ -109,6 +133,14 @@ def _record(cfg: DDPConfig, ranks: int, outs: list[dict], started: float) -> dic
         "params_max_diff": max(o["params_max_diff"] for o in outs),
         "loss_last": r0["loss_last"],
         "startup_s": r0["first_step_at"] - started,
+        # model FLOPs utilisation over every rank's cores or GPUs (chapter 01)
+        **mfu_fields(
+            r0["flops_per_sample"],
+            global_batch / step,
+            r0["device"],
+            threads=r0["threads"],
+            devices=ranks,
+        ),  # noqa: E501
     }
 
 
@@ -124,7 +156,23 @@ def train_spec(config: DDPConfig) -> TrainSpec:
         seed=config.seed,
         bucket_cap_mb=config.bucket_cap_mb,
         micro_batches=config.micro_batches,
+        lr=config.lr,
     )
+
+
+def for_ranks(config: DDPConfig, spec: TrainSpec, ranks: int) -> TrainSpec:
+    """A run to the target on ``ranks`` ranks: the rate follows the rule from one rank's
+    batch (weak) or from the global batch (strong, where the global batch does not change)."""
+    if not config.target_acc:
+        return spec
+    base = config.per_rank_batch if config.scaling == "weak" else config.batch_size
+    try:
+        return target_spec(
+            replace(spec, lr=config.lr), ranks, config.target_acc, config.max_epochs,
+            rule=config.lr_rule, base_batch=base, warmup_epochs=config.warmup_epochs,
+        )  # fmt: skip
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def run_ddp(config: DDPConfig, progress: Progress) -> Result:
@@ -146,8 +194,9 @@ def run_ddp(config: DDPConfig, progress: Progress) -> Result:
         mine = spec
         if ranks == 1 and config.scaling == "strong":
             mine = replace(spec, per_rank_batch=config.batch_size)
+        mine = for_ranks(config, mine, ranks)
         outs, started = launch_spec(ranks, mine, device, threads, part)
-        records.append(_record(config, ranks, outs, started))
+        records.append(_record(config, ranks, outs, started) | to_target(config, ranks, outs))
     base = next((r for r in records if r["ranks"] == 1), None)
     for r in records:
         r["efficiency"] = (
@@ -164,6 +213,7 @@ def run_ddp(config: DDPConfig, progress: Progress) -> Result:
         compute = one["step_s"] * share if base else last["compute_s"]
         predicted = compute + last["allreduce_s"]
         rate = last["global_batch"] / predicted
+        steps = last.get("steps_to_target")
         records.append(
             {
                 "tier": "model",
@@ -179,6 +229,7 @@ def run_ddp(config: DDPConfig, progress: Progress) -> Result:
                 "formula": "step = one rank's step x per-rank batch / its batch + allreduce_s "
                 "(gradient bytes), no overlap",
             }
+            | ({"time_to_target_s": steps * predicted} if steps else {})
         )
     if one_gpu_beside(config, gpu_count()):
         progress.update(len(plan), len(plan), "one rank on the GPU, beside the CPU ranks")
@@ -186,11 +237,16 @@ def run_ddp(config: DDPConfig, progress: Progress) -> Result:
             replace(spec, per_rank_batch=config.batch_size) if config.scaling == "strong" else spec
         )
         gpu = place(1, "cuda")
-        outs, started = launch_spec(1, one, "cuda", gpu.threads, Progress())
-        records.append(_record(config, 1, outs, started) | {"role": "gpu-rank", "efficiency": None,
-                                                            "note": one_gpu_note(config.ranks)})  # fmt: skip
+        outs, started = launch_spec(1, for_ranks(config, one, 1), "cuda", gpu.threads, Progress())
+        records.append(_record(config, 1, outs, started) | to_target(config, 1, outs)
+                       | {"role": "gpu-rank", "efficiency": None, "note": one_gpu_note(config.ranks)})  # fmt: skip
     progress.update(len(plan), len(plan), "done")
     return make_result("ddp", config, records)
+
+
+def to_target(config: DDPConfig, ranks: int, outs: list[dict]) -> dict[str, Any]:
+    """What a run to a target adds to its record (nothing without a target)."""
+    return target_fields(outs[0], ranks, config.target_acc) if config.target_acc else {}
 
 
 def one_gpu_beside(config: DDPConfig, gpus: int) -> bool:

@@ -6,6 +6,8 @@ from hpclab.ddp.allreduce import AllreduceConfig, run_allreduce
 from hpclab.ddp.buckets import BucketConfig, plot_buckets, run_buckets
 from hpclab.ddp.ddp_experiment import DDPConfig, run_ddp
 from hpclab.ddp.hang import HangConfig, plot_hang, run_hang
+from hpclab.ddp.large_batch import LargeBatchConfig, run_large_batch
+from hpclab.ddp.large_batch_plot import plot_large_batch
 from hpclab.ddp.plots import plot_allreduce, plot_ddp
 from hpclab.ddp.ring import RingConfig, run_ring
 from hpclab.ddp.scaling import ScalingModelConfig, plot_scaling_model, run_scaling_model
@@ -19,6 +21,14 @@ EXPERIMENTS = [
         DDPConfig,
         run_ddp,
         plot_ddp,
+    ),
+    Experiment(
+        "large-batch",
+        "06",
+        "steps to a target accuracy vs global batch: LR rules, warm-up, noise scale",
+        LargeBatchConfig,
+        run_large_batch,
+        plot_large_batch,
     ),
     Experiment(
         "allreduce",

@@ -96,8 +96,14 @@ def add_both_panels(
 
 @figure
 def plot_ddp(result: Result):
-    """Samples/s and efficiency against ranks, live and model, with Guan 2019's tables."""
+    """Samples/s and efficiency against ranks, live and model, with Guan 2019's tables; runs to
+    a target accuracy (``target_acc``) plot time to the target beside samples/s instead."""
     from plotly.subplots import make_subplots
+
+    if any("time_to_target_s" in r for r in result.records):
+        from hpclab.ddp.large_batch_plot import time_to_target_figure
+
+        return time_to_target_figure(result)
 
     fig = make_subplots(
         rows=1, cols=2, subplot_titles=("throughput (samples/s)", "scaling efficiency")

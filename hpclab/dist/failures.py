@@ -39,16 +39,20 @@ class Failure:
     traceback: str = ""
     exitcode: int | None = None  # set when the rank exited without a word
     peer_loss: bool = False  # the exception says a peer went away or never answered
+    killer: str = ""  # who sent the signal, when known ("the out-of-memory killer (...)")
 
     def how(self) -> str:
         """What happened to this rank, in words, without its number."""
         if self.exitcode is None:
             return f"failed: {self.summary}"
-        return exit_words(self.exitcode)
+        return exit_words(self.exitcode, self.killer)
 
 
-def exit_words(code: int) -> str:
-    """``-9`` -> "was killed by SIGKILL (signal 9)"; ``3`` -> "exited with code 3 ..."."""
+def exit_words(code: int, killer: str = "") -> str:
+    """``-9`` -> "was killed by SIGKILL (signal 9)"; ``3`` -> "exited with code 3 ...";
+    with ``killer``: "was killed by the out-of-memory killer (...) with SIGKILL (signal 9)"."""
+    if code < 0 and killer:
+        return f"was killed by {killer} with {exit_words(code)[len('was killed by ') :]}"
     if code < 0:
         try:
             return f"was killed by {signal.Signals(-code).name} (signal {-code})"
@@ -126,7 +130,7 @@ def diagnose(
         root = (own or lost)[0]
         others = [f for f in own + lost if f is not root]
         rank, tb, raised = root.rank, root.traceback, root.exitcode is None
-        summary = one_line(root.summary, 500) if raised else exit_words(root.exitcode)
+        summary = one_line(root.summary, 500) if raised else root.how()
     else:
         # Every failure is a lost peer or a timeout and somebody never answered: that one hung.
         rank, tb, raised, others = running[0], "", False, lost

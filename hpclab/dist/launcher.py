@@ -41,6 +41,7 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -54,6 +55,7 @@ from hpclab.dist.failures import Failure, LaunchTimeout, RankError, diagnose
 from hpclab.dist.placement import LaunchError, Placement, place
 from hpclab.dist.reap import kill_tree
 from hpclab.dist.start import Payload, start_context
+from hpclab.measure.oom import OomWatch
 from hpclab.progress import Progress
 
 __all__ = ["LaunchError", "LaunchTimeout", "RankError", "launch"]
@@ -148,6 +150,7 @@ class _Ranks:
         self.results: dict[int, Any] = {}
         self.failures: dict[int, Failure] = {}
         self.exited: set[int] = set()
+        self.oom = OomWatch()  # before any rank starts: a rank's SIGKILL is checked against it
 
     def log(self, rank: int) -> str:
         return os.path.join(self.logdir, f"rank{rank}.log")
@@ -288,7 +291,8 @@ class _Ranks:
         if rank not in self.results and rank not in self.failures:
             self.procs[rank].join(timeout=1.0)  # the sentinel closes a moment before the reap
             code = self.procs[rank].exitcode
-            self.failures[rank] = Failure(rank, at, exitcode=code if code is not None else 0)
+            killer = self.oom.verdict() if code == -signal.SIGKILL else ""
+            self.failures[rank] = Failure(rank, at, exitcode=code or 0, killer=killer)
 
     def _diagnose(self) -> RankError:
         running = [r for r in range(self.n) if r not in self.failures and r not in self.results]

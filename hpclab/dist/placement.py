@@ -35,7 +35,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from hpclab.config import ConfigError
-from hpclab.measure.sysinfo import usable_cores
+from hpclab.measure.sysinfo import usable_cores, usable_cpu_ids
 
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "none", "gloo", "nccl")
@@ -68,6 +68,22 @@ class Placement:
     threads: int  # intra-op threads per rank
     note: str
     cpus: tuple[tuple[int, ...], ...] = ()  # per rank: the cores it is pinned to (() = unpinned)
+
+    def pin_memory(self, requested: bool = True) -> tuple[bool, str]:
+        """Whether a DataLoader feeding these ranks may pin its batches, and if not, why
+        (chapter 04). Pinned (page-locked) host memory lets a copy to a GPU run asynchronously
+        (chapter 02). It needs a CUDA build of PyTorch and a GPU: a CPU build raises on
+        ``pin_memory=True``, and with ranks on the CPU nothing is copied to a GPU."""
+        import torch
+
+        if not requested:
+            return False, ""
+        if self.device != "cuda":
+            why = "these ranks run on the CPU, so no batch is copied to a GPU"
+            if torch.version.cuda is None:
+                why = "this PyTorch build has no CUDA (pinning needs it)"
+            return False, f"pin_memory=True not possible here: {why}; loading unpinned"
+        return True, ""
 
 
 def _too_few_gpus(ranks: int, gpus: int) -> str:
@@ -147,10 +163,7 @@ def rank_cores(
     may use) or fewer than one a rank."""
     cpus = tuple(sorted(set(cpus)))
     if allowed is None:
-        try:
-            allowed = os.sched_getaffinity(0)
-        except (AttributeError, OSError):  # no affinity on this system: every core is allowed
-            allowed = set(range(os.cpu_count() or 1))
+        allowed = set(usable_cpu_ids())
     if not cpus or not set(cpus) <= allowed:
         raise LaunchError(
             f"cpus={list(cpus)} must be a non-empty set of the cores this process may use; "

@@ -26,6 +26,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
+from hpclab.measure.sysinfo import usable_cpu_ids
+
 # Other processes using more than this many of our cores make a live number "disturbed"...
 DISTURBED_CORES = 0.3
 # ... when our threads also waited for a core this much of the time (where that is known).
@@ -62,13 +64,6 @@ class CpuShare:
 
     def to_dict(self) -> dict[str, float]:
         return {**asdict(self), "disturbed": self.disturbed}
-
-
-def _our_cpus() -> list[int]:
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return list(range(os.cpu_count() or 1))
 
 
 def _own_seconds(descendants: bool = False) -> float:
@@ -138,7 +133,7 @@ def measure_cpu_share(descendants: bool = False) -> Iterator[_Holder]:
     ``descendants=True`` counts this process's live children as ours too (a training rank's
     DataLoader workers); by default a child still running is one of the "other processes".
     """
-    cpus = _our_cpus()
+    cpus = usable_cpu_ids()
     holder = _Holder()
     wait0, self0 = _waiting_seconds(), _self_seconds()
     own0, busy0 = _own_seconds(descendants), _busy_seconds(cpus)

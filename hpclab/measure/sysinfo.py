@@ -45,7 +45,7 @@ SIMD_FLAGS = frozenset(
 CPU_SYSFS = "/sys/devices/system/cpu"
 SLURM_VARS = tuple(
     "SLURM_JOB_ID SLURM_JOB_NODELIST SLURM_CPUS_PER_TASK SLURM_GPUS_ON_NODE SLURM_NTASKS "
-    "SLURM_JOB_PARTITION".split()
+    "SLURM_JOB_PARTITION SLURM_PROCID".split()
 )
 
 
@@ -78,20 +78,25 @@ def cpuinfo() -> dict[str, Any]:
     }
 
 
-def _cgroup(controller: str, name: str) -> list[str]:
-    """File ``name`` in this process's cgroup and all its ancestors, innermost first.
+def cgroup_files(controller: str, name: str, pid: int | str = "self") -> list[tuple[str, str]]:
+    """File ``name`` of process ``pid``'s cgroup and all its ancestors, innermost first, as
+    (path, text) for each one that can be read.
 
     ``controller=""`` reads cgroup v2 (line ``0::/path``); otherwise the v1 hierarchy holding
     that controller (line ``4:memory:/slurm/uid_1/job_2``), mounted at /sys/fs/cgroup/<ctrls>.
     """
-    for line in (read_text("/proc/self/cgroup") or "").splitlines():
+    for line in (read_text(f"/proc/{pid}/cgroup") or "").splitlines():
         _, ctrls, rel = (line.split(":", 2) + ["", ""])[:3]
         if ctrls == controller or (controller and controller in ctrls.split(",")):
             mount = "/sys/fs/cgroup" + (f"/{ctrls}" if ctrls else "")
             parts = [p for p in rel.strip().split("/") if p]
-            paths = ("/".join([mount, *parts[:d], name]) for d in range(len(parts), -1, -1))
-            return [t.strip() for t in map(read_text, paths) if t]
+            paths = ["/".join([mount, *parts[:d], name]) for d in range(len(parts), -1, -1)]
+            return [(path, text.strip()) for path in paths if (text := read_text(path))]
     return []
+
+
+def _cgroup(controller: str, name: str) -> list[str]:
+    return [text for _, text in cgroup_files(controller, name)]
 
 
 def _cgroup_cpus() -> int | None:
@@ -105,7 +110,7 @@ def _cgroup_cpus() -> int | None:
     return max(1, math.floor(min(limits))) if limits else None
 
 
-def _cgroup_mem_gb() -> float | None:
+def cgroup_mem_gb() -> float | None:
     """Memory limit of this cgroup (Slurm --mem, docker --memory) in GiB, or None."""
     texts = _cgroup("", "memory.max") + _cgroup("memory", "memory.limit_in_bytes")
     limits = [int(t) for t in texts if t.isdigit() and int(t) < 2**60]  # v1: ~2**63 = no limit
@@ -116,10 +121,20 @@ def core_limits() -> dict[str, int | None]:
     """Each limit on the cores this process may use: node, affinity, cgroup quota, Slurm."""
     return {
         "node": os.cpu_count(),
-        "affinity": _soft(lambda: len(os.sched_getaffinity(0))),
+        "affinity": _soft(lambda: len(usable_cpu_ids())),
         "cgroup": _soft(_cgroup_cpus),
         "slurm_cpus_per_task": _soft(lambda: int(os.environ["SLURM_CPUS_PER_TASK"])),
     }
+
+
+def usable_cpu_ids() -> list[int]:
+    """The logical CPUs this process may run on (its affinity set; every CPU where the system
+    has no affinity): the one place core ids are read. :func:`usable_cores` counts the usable
+    ones, which a cgroup quota or Slurm can make fewer than this set."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return list(range(os.cpu_count() or 1))
 
 
 def usable_cores() -> int:
@@ -135,7 +150,7 @@ def physical_cores(cpus: Iterable[int] | None = None, sysfs: str | None = None) 
     counts cores, not logical CPUs: distinct (``physical_package_id``, ``core_id``) pairs of
     sysfs's topology. None where sysfs has no topology (then the logical count stands in).
     """
-    cpus = os.sched_getaffinity(0) if cpus is None else cpus
+    cpus = usable_cpu_ids() if cpus is None else cpus
     sysfs = sysfs or CPU_SYSFS
     cores = set()
     for cpu in cpus:
@@ -333,6 +348,8 @@ def _collect() -> dict[str, Any]:
         "cores_usable": cores,
         "cores_usable_sources": sources,
         "cores_physical": physical,
+        # which CPUs exactly (chapter 07's binding): two ranks on one list share those cores
+        "cpus_allowed": _soft(lambda: sorted(os.sched_getaffinity(0)), default=[]),
         "simd": sorted(SIMD_FLAGS.intersection(cpu["flags"])),
         "clock_ghz": ghz,
         "clock_method": method,
@@ -342,7 +359,7 @@ def _collect() -> dict[str, Any]:
         "peak_derivation": {k: v["derivation"] for k, v in peaks.items()},
         "mem_total_gb": vm.total / GIB if vm else None,
         "mem_available_gb": vm.available / GIB if vm else None,
-        "mem_limit_gb": _soft(_cgroup_mem_gb),  # the allocation's share; None = no limit
+        "mem_limit_gb": _soft(cgroup_mem_gb),  # the allocation's share; None = no limit
         "shm_gb": shm.f_blocks * shm.f_frsize / GIB if shm else None,
         "scratch": {
             key: _soft(_scratch_entry, path, default={"path": path, "writable": False})

@@ -26,6 +26,7 @@ import torch
 from hpclab.config import Config, param
 from hpclab.display import figure
 from hpclab.dist import RankContext
+from hpclab.dist.placement import DEVICES
 from hpclab.measure.timing import time_fn
 from hpclab.parallel.data_parallel import BucketedDataParallel, NaiveDataParallel
 from hpclab.progress import Progress
@@ -57,7 +58,7 @@ class DPByHandConfig(Config):
     steps: int = param(20, min=2, max=1000, quick=5, help="timed steps per impl and round")
     rounds: int = param(3, min=1, max=20, quick=2, help="interleaved rounds over the impls")
     check_steps: int = param(6, min=1, max=100, quick=3, help="steps of the equal-weights check")
-    device: str = param("auto", choices=("auto", "cpu", "cuda"), help="GPUs if enough, else CPU")
+    device: str = param("auto", choices=DEVICES, help="GPUs if enough, else CPU")
 
 
 def make_replica(ctx: RankContext, impl: str, spec: TrainSpec, cap_mb: float) -> torch.nn.Module:

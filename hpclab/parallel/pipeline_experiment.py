@@ -26,6 +26,7 @@ import torch
 from hpclab.config import Config, ConfigError, param
 from hpclab.display import figure
 from hpclab.dist import RankContext, launch
+from hpclab.dist.placement import DEVICES
 from hpclab.parallel.pipeline import (
     SCHEDULES,
     PipelineStage,
@@ -56,7 +57,7 @@ class PipelineConfig(Config):
     steps: int = param(6, min=1, max=200, quick=3, help="timed steps per schedule and round")
     rounds: int = param(2, min=1, max=20, quick=1, help="interleaved rounds over the schedules")
     check_steps: int = param(2, min=1, max=20, help="steps of the equal-to-serial check")
-    device: str = param("auto", choices=("auto", "cpu", "cuda"), help="GPUs if enough, else CPU")
+    device: str = param("auto", choices=DEVICES, help="GPUs if enough, else CPU")
 
     def check(self) -> None:
         if self.batch_size % self.micro_batches:
@@ -173,6 +174,21 @@ def _schedule_records(cfg: PipelineConfig, kind: str, outs: list[dict]) -> list[
     return records
 
 
+def check_memory(config: PipelineConfig, device: str, progress: Progress) -> None:
+    """Refuse before starting when the stages and the serial check cannot fit in memory:
+    parameters, gradients and optimizer state (16 bytes per parameter, the worst case) and
+    every micro-batch's activations (kept until its backward), once in the stages and once in
+    the serial reference."""
+    from hpclab.measure.oom import preflight
+
+    w, n = config.width, config.layers
+    params = SIDE * SIDE * w + (n - 2) * w * w + w * 10
+    activations = 2 * 4 * config.batch_size * w * n  # before and after each ReLU, fp32
+    tensors = 2 * (16 * params + activations) if device == "cpu" else 0
+    advice = "use fewer stages, layers or a smaller width or batch"
+    preflight(f"a pipeline of {config.stages} stages", tensors, config.stages, advice, progress)
+
+
 def run_pipeline(config: PipelineConfig, progress: Progress) -> Result:
     from hpclab.dist import place
     from hpclab.measure.sysinfo import usable_cores
@@ -181,6 +197,7 @@ def run_pipeline(config: PipelineConfig, progress: Progress) -> Result:
     # cores and the measured idle time says more about the scheduler than about the pipeline
     where = place(config.stages, config.device)
     device = where.device
+    check_memory(config, device, progress)
     oversubscribed = device == "cpu" and config.stages > usable_cores()
     outs = launch(
         pipeline_worker,
@@ -211,6 +228,8 @@ def plot_pipeline(result: Result):
     """Per-rank timeline of each schedule's fastest step: forward, backward, and the gaps."""
     from plotly.subplots import make_subplots
 
+    from hpclab.timeline import add_spans
+
     rows = [r for r in result.records if r.get("kind") == "schedule"]
     fig = make_subplots(
         rows=len(rows),
@@ -232,17 +251,17 @@ def plot_pipeline(result: Result):
         ]
         for op, label in (("F", "forward"), ("B", "backward")):
             mine = [e for e in events if e["pass"] == op]
-            fig.add_bar(
-                y=[f"rank {e['rank']}" for e in mine],
-                x=[(e["end_s"] - e["start_s"]) * 1e3 for e in mine],
-                base=[e["start_s"] * 1e3 for e in mine],
-                orientation="h",
-                marker={"color": colors[op], "line": {"color": "white", "width": 1}},
-                text=[str(e["micro_batch"]) for e in mine],
+            add_spans(
+                fig,
+                [f"rank {e['rank']}" for e in mine],
+                [e["start_s"] * 1e3 for e in mine],
+                [(e["end_s"] - e["start_s"]) * 1e3 for e in mine],
                 name=label,
+                color=colors[op],
+                text=[str(e["micro_batch"]) for e in mine],
+                hover="micro-batch %{text}: from %{base:.2f} ms, %{x:.2f} ms long<extra></extra>",
                 legendgroup=op,
                 showlegend=k == 1,
-                hovertemplate="micro-batch %{text}: from %{base:.2f} ms, %{x:.2f} ms long<extra></extra>",
                 row=k,
                 col=1,
             )

@@ -18,7 +18,8 @@ of ``micro_tokens`` (gradient accumulation), on n GPUs::
                  combine model and data parallelism; Megatron-LM does so at scale)
 
     memory per GPU = bytes_per_param x its share of P   (16: bf16 weights and gradients and
-                     fp32 Adam state with a master copy, Rajbhandari et al. 2020)
+                     fp32 Adam state with a master copy, Rajbhandari et al. 2020; the byte
+                     model is chapter 09's, :func:`hpclab.memory.model.bytes_per_param`)
                    + its activations (2 bytes x 5 d values per token per block, of the
                      micro-batches it keeps alive: 1, or min(n, m) on a pipeline's first stage)
 
@@ -33,8 +34,9 @@ from dataclasses import dataclass
 
 from hpclab.axes import DOUBLING
 from hpclab.config import Config, param
-from hpclab.ddp.cost_model import DEFAULT_LINK_EFFICIENCY, LINKS, _slowest, ring_allreduce_s
+from hpclab.ddp.cost_model import DEFAULT_LINK_EFFICIENCY, LINKS, ring_allreduce_s, slowest_link
 from hpclab.display import figure
+from hpclab.memory.model import bytes_per_param
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 
@@ -49,7 +51,9 @@ class StrategyModelConfig(Config):
     micro_tokens: int = param(8192, min=1, max=2**26, log=True, help="rows per micro-batch")
     gpu_tflops: float = param(400.0, min=0.1, max=1e5, help="achieved TFLOP/s per GPU")
     gpu_memory_gb: float = param(80.0, min=1.0, max=1e4, help="memory per GPU (GB)")
-    bytes_per_param: float = param(16.0, min=2.0, max=32.0, help="weights+grads+optimizer")
+    bytes_per_param: float = param(
+        float(bytes_per_param("adam", "mixed")), min=2.0, max=32.0, help="weights+grads+optimizer"
+    )
     link: str = param("nvlink-h100", choices=tuple(LINKS), help="link between GPUs in a node")
     network: str = param("ib-hdr", choices=tuple(LINKS), help="network between nodes")
     gpus_per_node: int = param(8, min=1, max=64, help="GPUs per node")
@@ -60,7 +64,7 @@ def _link(cfg: StrategyModelConfig, n: int) -> tuple[float, float]:
     """(alpha_s, bytes/s) of a ring over n GPUs: the node's link, or the network beyond it."""
     chosen = LINKS[cfg.link]
     if n > cfg.gpus_per_node:
-        chosen = _slowest(chosen, LINKS[cfg.network])
+        chosen = slowest_link(chosen, LINKS[cfg.network])
     return chosen.alpha_us * 1e-6, chosen.bandwidth_gbps * DEFAULT_LINK_EFFICIENCY * 1e9
 
 

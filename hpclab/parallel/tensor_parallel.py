@@ -56,7 +56,7 @@ def _group() -> tuple[int, int]:
     return 0, 1
 
 
-def _all_reduce(t: torch.Tensor, tally: CommTally | None) -> torch.Tensor:
+def all_reduce_sum(t: torch.Tensor, tally: CommTally | None) -> torch.Tensor:
     import torch.distributed as dist
 
     if _group()[1] > 1:
@@ -97,7 +97,7 @@ class CopyToRanks(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return _all_reduce(grad.clone(), ctx.tally), None
+        return all_reduce_sum(grad.clone(), ctx.tally), None
 
 
 class ReduceFromRanks(torch.autograd.Function):
@@ -105,7 +105,7 @@ class ReduceFromRanks(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, tally):
-        return _all_reduce(x.clone(), tally)
+        return all_reduce_sum(x.clone(), tally)
 
     @staticmethod
     def backward(ctx, grad):

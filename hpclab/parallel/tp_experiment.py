@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from hpclab.config import Config, ConfigError, param
 from hpclab.display import figure
 from hpclab.dist import RankContext, launch
+from hpclab.dist.placement import DEVICES
 from hpclab.measure.timing import time_fn
 from hpclab.parallel.tensor_parallel import ColumnParallelLinear, CommTally, RowParallelLinear
 from hpclab.progress import Progress
@@ -45,7 +46,7 @@ class TensorParallelConfig(Config):
         (16, 64, 256, 1024), min=1, max=65536, quick=(16, 256), help="batches (rows of x)"
     )
     repeat: int = param(5, min=1, max=100, quick=3, help="timed forward+backward per point")
-    device: str = param("auto", choices=("auto", "cpu", "cuda"), help="GPUs if enough, else CPU")
+    device: str = param("auto", choices=DEVICES, help="GPUs if enough, else CPU")
 
     def check(self) -> None:
         for name in ("in_features", "out_features"):
@@ -79,7 +80,7 @@ def model_bytes_per_rank(mode: str, batch: int, d_in: int, d_out: int, p: int) -
 
 def _dp_step(ctx: RankContext, layer: torch.nn.Linear, x, dy, tally: CommTally) -> None:
     """Data parallel on one layer: my 1/p of the batch, then average the gradients."""
-    from hpclab.parallel.tensor_parallel import _all_reduce
+    from hpclab.parallel.tensor_parallel import all_reduce_sum
 
     p = ctx.world_size
     mine, dmine = x.chunk(p)[ctx.rank], dy.chunk(p)[ctx.rank]
@@ -87,7 +88,7 @@ def _dp_step(ctx: RankContext, layer: torch.nn.Linear, x, dy, tally: CommTally) 
     # the loss is the sum over the whole batch (dy given), so gradients add, not average
     F.linear(mine, layer.weight, layer.bias).backward(dmine)
     for t in (layer.weight.grad, layer.bias.grad):
-        t.copy_(_all_reduce(t, tally))
+        t.copy_(all_reduce_sum(t, tally))
 
 
 def tp_worker(ctx: RankContext, cfg: TensorParallelConfig) -> list[dict[str, Any]]:
@@ -152,11 +153,27 @@ def tp_worker(ctx: RankContext, cfg: TensorParallelConfig) -> list[dict[str, Any
     return rows
 
 
+def check_memory(config: TensorParallelConfig, device: str, progress: Progress) -> None:
+    """Refuse before starting when the ranks cannot fit in memory: each holds the full layer
+    for the equal-results check (weights, gradient, reference: 12 bytes per weight) and the
+    largest batch's inputs and outputs with their gradients."""
+    from hpclab.measure.oom import preflight
+
+    d_in, d_out, b = config.in_features, config.out_features, max(config.batch_sizes)
+    per_rank = 12 * d_in * d_out + 16 * b * (d_in + d_out)
+    tensors = config.ranks * per_rank if device == "cpu" else 0
+    advice = "use fewer ranks, fewer features or smaller batches"
+    preflight(
+        f"tensor parallelism on {config.ranks} ranks", tensors, config.ranks, advice, progress
+    )
+
+
 def run_tensor_parallel(config: TensorParallelConfig, progress: Progress) -> Result:
     from hpclab.dist import place
 
     where = place(config.ranks, config.device)
     device = where.device
+    check_memory(config, device, progress)
     outs = launch(
         tp_worker, config.ranks, args=(config,), device=device, progress=progress, deadline_s=600
     )

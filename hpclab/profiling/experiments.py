@@ -1,9 +1,10 @@
 """Chapter 03's experiment registry: ``profile``, ``profiler-overhead``, ``profile-fix``,
-``hardware-watch`` (read by :func:`hpclab.experiments.registry`)."""
+``hardware-watch``, ``compile`` (read by :func:`hpclab.experiments.registry`)."""
 
 from __future__ import annotations
 
 from hpclab.experiments import Experiment
+from hpclab.profiling.compile_experiment import CompileConfig, plot_compile, run_compile
 from hpclab.profiling.fix import FixConfig, plot_fix, run_fix
 from hpclab.profiling.overhead import OverheadConfig, plot_overhead, run_overhead
 from hpclab.profiling.profile_experiment import ProfileConfig, plot_profile, run_profile
@@ -41,5 +42,13 @@ EXPERIMENTS = [
         WatchConfig,
         run_watch,
         plot_watch,
+    ),
+    Experiment(
+        "compile",
+        "03",
+        "torch.compile vs eager on the course's MLP: compile time, step time, speed-up, graph breaks",
+        CompileConfig,
+        run_compile,
+        plot_compile,
     ),
 ]

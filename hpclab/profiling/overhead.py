@@ -95,7 +95,7 @@ def _bare_child(steps: int, fault: str) -> float:
         pyspy_tool.child_command(steps, fault),
         capture_output=True,
         text=True,
-        env=pyspy_tool._env(),
+        env=pyspy_tool.child_env(),
         timeout=300,
         check=True,
     )

@@ -54,7 +54,8 @@ def child_command(steps: int, faults: str = "slow-data") -> list[str]:
     return [sys.executable, "-m", CHILD, str(steps), faults]
 
 
-def _env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
+    """This environment with the project on PYTHONPATH: what a profiled child needs."""
     root = str(Path(__file__).resolve().parents[2])
     path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
     return {**os.environ, "PYTHONPATH": path}
@@ -67,7 +68,7 @@ def start_patient(
     returns once it is training (past its imports and warm-up). Stop it with ``.kill()``."""
     proc = subprocess.Popen(
         child_command(steps, faults),
-        env=_env(),
+        env=child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -108,7 +109,7 @@ def record(cmd: list[str], out: str | os.PathLike, rate: int = 100, timeout_s: f
         "--",
         *cmd,
     ]
-    res = subprocess.run(full, capture_output=True, text=True, timeout=timeout_s, env=_env())
+    res = subprocess.run(full, capture_output=True, text=True, timeout=timeout_s, env=child_env())
     if res.returncode != 0:
         raise RuntimeError(f"py-spy record failed: {res.stderr.strip()[-300:]}")
     return res.stdout

@@ -26,6 +26,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from hpclab.timeline import add_spans
+
 NOISE = ("USDT", "STAGE:", "Memory block of unknown size")  # the profiler's stray lines
 MAX_EVENTS = 3000  # the timeline draws at most this many events (the longest ones)
 
@@ -157,18 +159,14 @@ def plot_timeline(events: list[dict], title: str = "", note: str = "") -> go.Fig
     for e in events:
         lanes.setdefault(_lane(e), []).append(e)
     for lane, evs in sorted(lanes.items()):
-        fig.add_trace(
-            go.Bar(
-                y=[lane] * len(evs),
-                x=[e["dur"] / 1e3 for e in evs],
-                base=[(e["ts"] - t0) / 1e3 for e in evs],
-                orientation="h",
-                name=lane,
-                text=[e["name"] for e in evs],
-                textposition="inside",
-                insidetextanchor="middle",
-                hovertemplate="%{text}<br>start %{base:.3f} ms, %{x:.3f} ms<extra></extra>",
-            )
+        add_spans(
+            fig,
+            [lane] * len(evs),
+            [(e["ts"] - t0) / 1e3 for e in evs],
+            [e["dur"] / 1e3 for e in evs],
+            name=lane,
+            text=[e["name"] for e in evs],
+            hover="%{text}<br>start %{base:.3f} ms, %{x:.3f} ms<extra></extra>",
         )
     fig.update_layout(
         title=title or "torch.profiler trace (active steps)" + (f" - {note}" if note else ""),

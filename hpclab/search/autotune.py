@@ -172,12 +172,9 @@ def _refuse_empty(judged: list[tuple[dict[str, Any], str]]) -> None:
 
 
 def _usable_cpus(n: int) -> tuple[int, ...]:
-    import os
+    from hpclab.measure.sysinfo import usable_cpu_ids
 
-    try:
-        return tuple(sorted(os.sched_getaffinity(0)))[:n]
-    except (AttributeError, OSError):
-        return tuple(range(n))
+    return tuple(usable_cpu_ids())[:n]
 
 
 def run_autotune(cfg: AutotuneConfig, progress: Progress) -> Result:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpclab.config import RunError
+from hpclab.measure.oom import OomWatch, preflight
 from hpclab.search.celery_app import BROKER_ENV, app_for
 
 
@@ -128,6 +129,12 @@ def stop_redis(redis: Redis) -> None:
 class Workers:
     procs: list[subprocess.Popen]
     log: Path
+    oom: OomWatch  # made before they started: a worker's SIGKILL is checked against it
+
+
+def check_workers_fit(n: int) -> None:
+    """Refuse ``n`` workers that cannot fit in memory (each is a Python + PyTorch process)."""
+    preflight(f"{n} Celery workers", 0, n, "use fewer workers")
 
 
 def worker_argv(i: int) -> list[str]:
@@ -146,15 +153,16 @@ def start_workers(
 
     Each worker runs with ``threads`` torch/OpenMP threads; returns once all answer a ping.
     """
+    check_workers_fit(n)
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="hpclab-celery-"))
     env = dict(os.environ, **{BROKER_ENV: url}, OMP_NUM_THREADS=str(threads))
-    procs = []
+    watch, procs = OomWatch(), []
     for i in range(n):
         cmd = worker_argv(i)
         with open(log_dir / f"worker{i}.log", "ab") as out:
             procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True))  # fmt: skip
-    workers = Workers(procs, log_dir)
+    workers = Workers(procs, log_dir, watch)
     app = app_for(url)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

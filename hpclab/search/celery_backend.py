@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from hpclab.dist.failures import exit_words
 from hpclab.progress import Cancelled, Progress
 from hpclab.search.fates import SearchStopped
 from hpclab.search.search_config import SearchConfig
@@ -121,7 +122,9 @@ def _reap_lost_workers(app, pool, running, lost, retries, send) -> None:
         if w in lost or proc.poll() is None:
             continue
         code = proc.returncode
-        lost[w] = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        watch = getattr(pool, "oom", None)  # a local pool: the OOM killer can be named
+        killer = watch.verdict() if watch is not None and code == -9 else ""
+        lost[w] = exit_words(code, killer).removeprefix("was ")
         live = [f"w{i}@" for i in range(len(pool.procs)) if i not in lost]
         if not live:
             return
@@ -146,4 +149,7 @@ def _all_lost(cfg: SearchConfig, pool: Any, lost: dict[int, str]) -> tuple[str, 
             f"the workers' job {pool.job.job_id} ended {pool.state} mid-search (cancelled, or "
             f"it hit its time limit; its log: {pool.job.log_path()})"
         )
-    return "worker lost", f"all {len(lost)} workers died ({'; '.join(sorted(set(lost.values())))})"
+    cause = (
+        "out of memory" if any("out-of-memory" in why for why in lost.values()) else "worker lost"
+    )
+    return cause, f"all {len(lost)} workers died: {'; '.join(sorted(set(lost.values())))}"

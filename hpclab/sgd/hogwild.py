@@ -82,7 +82,7 @@ def hogwild_worker(
     return {"start": start, "end": end, "steps": steps, "curve": curve}
 
 
-def _merged_curve(outs: list[dict[str, Any]]) -> list[tuple[float, int, float]]:
+def merged_curve(outs: list[dict[str, Any]]) -> list[tuple[float, int, float]]:
     """(time, total updates so far, mean of each worker's latest smoothed loss), by time."""
     t0 = min(o["start"] for o in outs)
     events = []

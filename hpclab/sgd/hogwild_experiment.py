@@ -16,7 +16,7 @@ from hpclab.dist.placement import OVERSUBSCRIBE_LIMIT
 from hpclab.measure.sysinfo import usable_cores
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
-from hpclab.sgd.hogwild import DEFAULT_LR, _merged_curve, overlap_model, train_hogwild
+from hpclab.sgd.hogwild import DEFAULT_LR, merged_curve, overlap_model, train_hogwild
 from hpclab.sgd.plots import add_loss_curves
 from hpclab.sgd.problems import PROBLEMS, make_problem
 
@@ -104,7 +104,7 @@ def run_hogwild(config: HogwildConfig, progress: Progress) -> Result:
             progress=sub,
         )
         wall = max(o["end"] for o in outs) - min(o["start"] for o in outs)
-        curve = _merged_curve(outs)
+        curve = merged_curve(outs)
         summaries.append(
             {
                 "kind": "summary",

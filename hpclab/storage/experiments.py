@@ -1,9 +1,10 @@
 """Chapter 04's experiment registry: ``pack``, ``storage-read``, ``loader``, ``data-wait``,
-``staging`` (read by :func:`hpclab.experiments.registry`)."""
+``staging``, ``loader-knobs`` (read by :func:`hpclab.experiments.registry`)."""
 
 from __future__ import annotations
 
 from hpclab.experiments import Experiment
+from hpclab.storage.loader_knobs import KnobsConfig, plot_knobs, run_knobs
 from hpclab.storage.loading import LoaderConfig, WaitConfig, run_loader, run_wait
 from hpclab.storage.pack_experiment import PackConfig, run_pack
 from hpclab.storage.plots import plot_loader, plot_pack, plot_read, plot_staging, plot_wait
@@ -50,5 +51,14 @@ EXPERIMENTS = [
         StagingConfig,
         run_staging,
         plot_staging,
+    ),
+    Experiment(
+        "loader-knobs",
+        "04",
+        "DataLoader persistent_workers (start-up per epoch), prefetch_factor (slow source), "
+        "pin_memory",
+        KnobsConfig,
+        run_knobs,
+        plot_knobs,
     ),
 ]

@@ -23,7 +23,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from hpclab.storage.dataset import _PID, Checksum, StorageError, StoredDataset, iter_samples
+from hpclab.storage.dataset import (
+    Checksum,
+    StorageError,
+    StoredDataset,
+    current_pid,
+    iter_samples,
+)
 
 LABEL_BYTES = 8
 _ENVS: dict[tuple, list] = {}  # ident -> [environment, users]
@@ -162,7 +168,7 @@ class LMDBDataset(StoredDataset):
         return state
 
     def sample(self, i: int) -> tuple[np.ndarray, int]:
-        txn = self._txn if self._pid == _PID[0] else self.handle[1]
+        txn = self._txn if self._pid == current_pid() else self.handle[1]
         value = txn.get(b"%08d" % i)
         if value is None or len(value) != self._nbytes:
             self._bad_record(i, value)
@@ -184,7 +190,7 @@ class LMDBDataset(StoredDataset):
             i += n
         if not 0 <= i < n:
             raise IndexError(f"index {i} out of range for {n} samples in {self.path}")
-        txn = self._txn if self._pid == _PID[0] else self.handle[1]
+        txn = self._txn if self._pid == current_pid() else self.handle[1]
         value = txn.get(b"%08d" % i)
         if value is None or len(value) != self._nbytes:
             self._bad_record(i, value)

@@ -56,12 +56,16 @@ def make_loader(
     shuffle: bool = True,
     batches: int = 100,
     seed: int = 0,
+    persistent_workers: bool = False,
+    prefetch_factor: int | None = None,
     **reader_kwargs: Any,
 ):
     """A ``torch.utils.data.DataLoader`` over the dataset at ``path`` for ``batches`` batches.
 
     Map-style formats get an explicit index list (random or sequential). Shards stream in order
     (``shuffle`` is ignored: sharded data is shuffled by shard and buffer, not by index).
+    ``persistent_workers`` and ``prefetch_factor`` (batches in flight per worker; PyTorch's
+    default 2) apply only with ``workers > 0``, as in PyTorch.
     """
     from torch.utils.data import DataLoader, IterableDataset
 
@@ -77,6 +81,9 @@ def make_loader(
         # A worker that hangs must not hang the notebook: fail after 120 s instead.
         "timeout": 120 if workers else 0,
     }
+    if workers:
+        common["persistent_workers"] = persistent_workers
+        common["prefetch_factor"] = prefetch_factor
     if read_manifest(path).format == "shards":
         stream = ShardStream(path)
         epochs = -(-needed // len(stream)) + 1
@@ -112,7 +119,7 @@ class LoaderConfig(Config):
         (8, 16, 32, 64), min=1, max=65536, help="batch sizes (Fox et al. 2015's)"
     )
     workers: tuple = param((0, 2), min=0, max=64, help="DataLoader num_workers values")
-    pin_memory: bool = param(False, help="pinned host memory (matters with a GPU)")
+    pin_memory: bool = param(False, help="pinned host memory (only with a GPU; said when not)")
     batches: int = param(100, min=3, max=100_000, quick=20, help="batches per measurement")
     shuffle: bool = param(True, help="random order (False: sequential)")
     seed: int = param(0, min=0, max=2**31 - 1, help="data and order seed")
@@ -122,8 +129,6 @@ class LoaderConfig(Config):
 
 
 def run_loader(config: LoaderConfig, progress: Progress) -> Result:
-    import torch
-
     from hpclab.storage.read_experiment import path_format
     from hpclab.storage.workspace import resolve
 
@@ -131,7 +136,10 @@ def run_loader(config: LoaderConfig, progress: Progress) -> Result:
     paths = {f: resolve(config.path, f, config.samples, shape, config.seed) for f in config.format}
     if config.path:
         paths = {path_format(config.path, config.format): paths[config.format[0]]}
-    pin = config.pin_memory and torch.cuda.is_available()
+    # pinning helps only the copy to a GPU: placement decides, and says when it is not possible
+    pin, pin_note = place(1, "auto").pin_memory(config.pin_memory)
+    if pin_note:
+        progress.update(0, 1, pin_note)
     cases = [(f, b, w) for f in paths for b in config.batch_size for w in config.workers]
     records = []
     for k, (fmt, bs, w) in enumerate(cases):
@@ -150,9 +158,10 @@ def run_loader(config: LoaderConfig, progress: Progress) -> Result:
                 "first_batch_s": t["first_batch_s"],
                 "seconds": t["seconds"],
                 "batches": config.batches - 1,
+                **({"pin_note": pin_note} if pin_note else {}),
             }
         )
-    progress.update(len(cases), len(cases), "")
+    progress.update(len(cases), len(cases), pin_note)
     return make_result("loader", config, records)
 
 
@@ -189,8 +198,9 @@ def run_wait(config: WaitConfig, progress: Progress, on_step=None) -> Result:
     for k, fmt in enumerate(config.format):
         path = prepared(fmt, config.samples, shape)
         kw = {"open_latency_ms": config.open_latency_ms} if fmt.startswith("files") else {}
+        pin, _ = where.pin_memory()  # pinned when the batches go to a GPU
         loader = make_loader(
-            path, config.batch_size, config.workers, on_gpu, True, config.steps + 1, **kw
+            path, config.batch_size, config.workers, pin, True, config.steps + 1, **kw
         )
         model = make_model(config.model, in_features=features).to(device)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)

@@ -156,9 +156,9 @@ def plot_matrix(pairs: list[dict[str, Any]], title: str = "GPU pairs"):
     """The GPU-pair matrix as a heatmap: colour = PCIe path, text = link (NV·PXB when both)."""
     import plotly.graph_objects as go
 
-    from hpclab.topology.gpu_pairs import LEVELS, _gpu_key
+    from hpclab.topology.gpu_pairs import LEVELS, gpu_sort_key
 
-    labels = sorted({p["gpu_a"] for p in pairs} | {p["gpu_b"] for p in pairs}, key=_gpu_key)
+    labels = sorted({p["gpu_a"] for p in pairs} | {p["gpu_b"] for p in pairs}, key=gpu_sort_key)
     cell = {}
     for p in pairs:
         text = p["link"] if p["link"] == p["pcie_path"] else f"{p['link']}·{p['pcie_path']}"

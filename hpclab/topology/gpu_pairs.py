@@ -96,13 +96,13 @@ def from_topology(topo: Topology) -> list[dict[str, Any]]:
 
 def matrix(pairs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """The square matrix (labels, rows) of ``link`` values with ``X`` on the diagonal."""
-    labels = sorted({p["gpu_a"] for p in pairs} | {p["gpu_b"] for p in pairs}, key=_gpu_key)
+    labels = sorted({p["gpu_a"] for p in pairs} | {p["gpu_b"] for p in pairs}, key=gpu_sort_key)
     cell = {(p["gpu_a"], p["gpu_b"]): p["link"] for p in pairs}
     cell.update({(b, a): v for (a, b), v in list(cell.items())})
     return labels, [[("X" if a == b else cell.get((a, b), "?")) for b in labels] for a in labels]
 
 
-def _gpu_key(label: str) -> tuple[int, str]:
+def gpu_sort_key(label: str) -> tuple[int, str]:
     digits = "".join(ch for ch in label if ch.isdigit())
     return (int(digits) if digits else 0, label)
 
@@ -174,7 +174,7 @@ def parse_nvidia_smi(text: str) -> list[dict[str, Any]]:
             continue
         a = cells[0]
         for col, b in enumerate(gpus, start=1):
-            if col < len(cells) and _gpu_key(b) > _gpu_key(a):
+            if col < len(cells) and gpu_sort_key(b) > gpu_sort_key(a):
                 link = cells[col]
                 pcie = link if link in LEVELS else "?"
                 out.append(

@@ -209,17 +209,19 @@ def plot_overlap(result: Result):
     """Timeline: a bar per copy (blue) and compute (orange), one row per loop."""
     import plotly.graph_objects as go
 
+    from hpclab.timeline import add_spans
+
     fig = go.Figure()
     events = [r for r in result.records if r.get("record") == "event"]
     for op, color in (("copy", "#1f77b4"), ("compute", "#ff7f0e")):
         rows = [e for e in events if e["op"] == op]
-        fig.add_bar(
-            y=[f"{e['mode']} ({e['tier']}) {op}" for e in rows],
-            x=[(e["end_s"] - e["start_s"]) * 1e3 for e in rows],
-            base=[e["start_s"] * 1e3 for e in rows],
-            orientation="h",
-            marker={"color": color, "line": {"width": 1, "color": "white"}},
+        add_spans(
+            fig,
+            [f"{e['mode']} ({e['tier']}) {op}" for e in rows],
+            [e["start_s"] * 1e3 for e in rows],
+            [(e["end_s"] - e["start_s"]) * 1e3 for e in rows],
             name=op,
+            color=color,
             hovertext=[f"step {e['step']}" for e in rows],
         )
     # Top to bottom: serial copy, serial compute, overlapped copy, overlapped compute.

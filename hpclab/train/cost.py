@@ -29,19 +29,26 @@ def flops_per_sample(model: nn.Module, in_features: int) -> int:
 
 
 class Checkpointed(nn.Module):
-    """``module`` (an ``nn.Sequential``) run block by block, each block (a layer and what follows
-    it up to the next layer) checkpointed: forward keeps only each block's input, and backward
-    recomputes the block's activations. The weights, and what training computes, are the same
-    (:func:`hpclab.train.flat_params` looks through it)."""
+    """``module`` (an ``nn.Sequential``) run block by block (a block: a layer and what follows it
+    up to the next layer), in segments of ``every`` blocks, each segment checkpointed: forward
+    keeps only each segment's input, and backward recomputes the segment's activations (Chen et
+    al. 2016: segments of about sqrt(L) of L blocks keep O(sqrt L) activations for about one
+    extra forward). ``every=1`` checkpoints every block. The weights, and what training
+    computes, are the same (:func:`hpclab.train.flat_params` looks through it)."""
 
-    def __init__(self, module: nn.Sequential) -> None:
+    def __init__(self, module: nn.Sequential, every: int = 1) -> None:
         super().__init__()
         if not isinstance(module, nn.Sequential):
             raise ValueError(f"checkpointing needs an nn.Sequential, got {type(module).__name__}")
         self.module = module
-        starts = [i for i, m in enumerate(module) if isinstance(m, (nn.Linear, nn.Conv2d))]
-        bounds = sorted({0, *starts, len(module)})
-        self.blocks = [module[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+        bounds = block_bounds(module)
+        blocks = len(bounds) - 1
+        if not isinstance(every, int) or not 1 <= every <= blocks:
+            raise ValueError(
+                f"checkpoint_every={every!r} for a model of {blocks} blocks; allowed: 1..{blocks}"
+            )
+        cuts = bounds[::every] + ([] if (blocks % every == 0) else [bounds[-1]])
+        self.blocks = [module[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from torch.utils.checkpoint import checkpoint
@@ -49,3 +56,10 @@ class Checkpointed(nn.Module):
         for block in self.blocks:
             x = checkpoint(block, x, use_reentrant=False)
         return x
+
+
+def block_bounds(module: nn.Sequential) -> list[int]:
+    """Indices where the blocks of ``module`` start, and its length: a block starts at each
+    linear or convolution layer (anything before the first one joins the first block)."""
+    starts = [i for i, m in enumerate(module) if isinstance(m, (nn.Linear, nn.Conv2d))]
+    return sorted({0, *starts[1:], len(module)})

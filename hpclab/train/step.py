@@ -161,22 +161,47 @@ def flat_grad(model: nn.Module) -> torch.Tensor:
     return torch.cat(parts)
 
 
+def autocast(device: str, dtype: str) -> contextlib.AbstractContextManager:
+    """Where a step runs in ``dtype``: nothing for fp32, else torch's autocast (matrix products
+    in bf16/fp16, weights and their gradients stay fp32: chapter 09)."""
+    if dtype == "fp32":
+        return contextlib.nullcontext()
+    if dtype not in ("bf16", "fp16"):
+        raise ValueError(f"dtype={dtype!r} is not a training dtype here; allowed: fp32, bf16, fp16")
+    half = torch.bfloat16 if dtype == "bf16" else torch.float16
+    return torch.autocast(device.split(":")[0], dtype=half)
+
+
+def grad_scaler(device: str, dtype: str) -> torch.amp.GradScaler | None:
+    """A loss scaler for fp16 (its 5 exponent bits lose gradients under 2**-24 to zero; Micikevicius
+    et al. 2018); ``None`` for fp32 and bf16 (bf16 has fp32's exponent range)."""
+    return torch.amp.GradScaler(device.split(":")[0]) if dtype == "fp16" else None
+
+
 def forward_backward(
     model: nn.Module,
     x: torch.Tensor,
     y: torch.Tensor,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy,
     scale: float = 1.0,
+    scaler: torch.amp.GradScaler | None = None,
+    dtype: str = "fp32",
 ) -> torch.Tensor:
     """Forward, loss and backward for one (micro-)batch; gradients add into ``.grad``.
 
     ``scale`` weights this chunk's loss (``len(chunk) / len(batch)`` for gradient accumulation,
-    so the summed gradients equal the full batch's mean-loss gradient). Returns the unscaled
-    loss, detached (no device sync). On a DDP model the gradient all-reduce runs inside
-    ``backward`` (chapter 06), overlapped with the rest of the backward pass.
+    so the summed gradients equal the full batch's mean-loss gradient). ``scaler`` (fp16, chapter
+    09) multiplies the loss by its loss scale before backward, so small gradients stay above
+    fp16's smallest number; the gradients come out scaled and the scaler's ``step`` unscales
+    them. ``dtype`` bf16/fp16 runs the forward and the loss under :func:`autocast` (backward
+    follows in the forward's dtypes, as PyTorch advises). Returns the unscaled loss, detached
+    (no device sync). On a DDP model the gradient all-reduce runs inside ``backward`` (chapter
+    06), overlapped with the rest of backward.
     """
-    loss = loss_fn(model(x), y)
-    (loss * scale if scale != 1.0 else loss).backward()
+    with autocast(x.device.type, dtype):
+        loss = loss_fn(model(x), y)
+    weighted = loss * scale if scale != 1.0 else loss
+    (scaler.scale(weighted) if scaler is not None else weighted).backward()
     return loss.detach()
 
 
@@ -189,6 +214,8 @@ def train_step(
     micro_batches: int = 1,
     lock: contextlib.AbstractContextManager | None = None,
     after_backward: Callable[[nn.Module], None] | None = None,
+    scaler: torch.amp.GradScaler | None = None,
+    dtype: str = "fp32",
 ) -> float:
     """One SGD step: forward, loss, backward, update. Returns the loss (a float: syncs device).
 
@@ -203,21 +230,27 @@ def train_step(
     ``micro_batches=k`` splits the batch into ``k`` chunks whose gradients accumulate before the
     one update (gradient accumulation, chapter 06). On a DDP model all chunks but the last run
     under ``model.no_sync()``, so gradients are all-reduced once per step, not once per chunk.
+
+    ``dtype`` (fp32, bf16, fp16) is the precision of forward and loss (:func:`autocast`);
+    ``scaler`` (a ``torch.amp.GradScaler``, for fp16: chapter 09) scales the loss before
+    backward; its ``step`` unscales the gradients and skips the update when one is inf/NaN,
+    and ``update`` adjusts the scale (halved after an overflow, doubled after 2000 good steps).
     """
     if micro_batches < 1 or micro_batches > len(x):
         raise ValueError(f"micro_batches={micro_batches} must be in 1..{len(x)} (the batch size)")
     optimizer.zero_grad(set_to_none=True)
     if micro_batches == 1:  # the common case, kept lean: chapter 05's steps take ~0.2 ms
-        total = forward_backward(model, x, y, loss_fn)
+        total = forward_backward(model, x, y, loss_fn, scaler=scaler, dtype=dtype)
     else:
-        total = _accumulate(model, x, y, loss_fn, micro_batches)
+        total = _accumulate(model, x, y, loss_fn, micro_batches, scaler, dtype)
     if after_backward is not None:
         after_backward(model)
-    if lock is None:
-        optimizer.step()
-    else:
-        with lock:
+    with lock if lock is not None else contextlib.nullcontext():
+        if scaler is None:
             optimizer.step()
+        else:
+            scaler.step(optimizer)
+            scaler.update()
     return float(total)
 
 
@@ -227,6 +260,8 @@ def _accumulate(
     y: torch.Tensor,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     micro_batches: int,
+    scaler: torch.amp.GradScaler | None = None,
+    dtype: str = "fp32",
 ) -> torch.Tensor:
     """Forward/backward over ``micro_batches`` chunks; returns the batch's mean loss."""
     chunks = list(zip(x.chunk(micro_batches), y.chunk(micro_batches), strict=True))
@@ -235,7 +270,7 @@ def _accumulate(
         last = i == len(chunks) - 1
         sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else None
         with sync or model.no_sync():
-            loss = forward_backward(model, xc, yc, loss_fn, scale=len(xc) / len(x))
+            loss = forward_backward(model, xc, yc, loss_fn, len(xc) / len(x), scaler, dtype)
         total = total + loss * (len(xc) / len(x))
     return total
 

@@ -23,9 +23,7 @@ is :class:`hpclab.train.TrainSpec`, and :func:`hpclab.train.run_spec` launches i
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import os
 import time
 from typing import Any
 
@@ -34,15 +32,17 @@ from torch import nn
 
 from hpclab.dist import RankContext
 from hpclab.measure.cpu_share import measure_cpu_share
+from hpclab.measure.sysinfo import usable_cpu_ids
 from hpclab.measure.timing import time_fn
 from hpclab.train.cost import Checkpointed, flops_per_sample
+from hpclab.train.data import features_of, load
 from hpclab.train.optim import make_optimizer, make_schedule
 from hpclab.train.spec import TrainSpec
 from hpclab.train.step import (
     flat_params,
+    grad_scaler,
     make_model,
     parameter_count,
-    synthetic_images,
     train_step,
 )
 
@@ -50,9 +50,10 @@ DDP_DEFAULT_MB = 25.0  # torch.nn.parallel.DistributedDataParallel's bucket_cap_
 
 
 def dataset(spec: TrainSpec) -> torch.utils.data.TensorDataset:
-    """MNIST-like synthetic data, flattened: X ``[samples, side*side]``, y ``[samples]``."""
-    x, y = synthetic_images(spec.samples, (1, spec.side, spec.side), seed=spec.seed)
-    return torch.utils.data.TensorDataset(x.reshape(len(x), -1), y)
+    """The spec's training samples, flat: X ``[samples, features]``, y ``[samples]`` (MNIST-like
+    synthetic images by default; :data:`hpclab.train.data.DATASETS`)."""
+    (x, y), _ = load(spec.data, spec.samples, 0, spec.side, spec.seed)
+    return torch.utils.data.TensorDataset(x, y)
 
 
 def batches(ctx: RankContext, spec: TrainSpec, data: torch.utils.data.Dataset):
@@ -132,25 +133,26 @@ def time_allreduce(ctx: RankContext, numel: int, repeat: int = 5) -> float:
 def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
     """Train ``spec.warmup + spec.steps`` steps on this rank; return timings and checks."""
     data = dataset(spec)
-    model = make_model(spec.model, spec.side * spec.side, seed=spec.seed).to(ctx.device)
+    model = make_model(spec.model, features_of(spec.data, spec.side), seed=spec.seed)
+    model = model.to(ctx.device)
     if spec.memory_format == "channels_last":
         model = model.to(memory_format=torch.channels_last)
     if spec.checkpoint:
-        model = Checkpointed(model)
+        model = Checkpointed(model, spec.checkpoint_every)
     net = wrap(ctx, model, spec.bucket_cap_mb)
     opt = make_optimizer(spec.optimizer, net.parameters(), spec.lr)
+    scaler = grad_scaler(ctx.device, spec.dtype)
     stream = batches(ctx, spec, data)
     losses: list[float] = []
     first_step_at: list[float] = []
-    total = spec.warmup + spec.steps
+    total, k = spec.warmup + spec.steps, spec.micro_batches
     schedule = make_schedule(spec.schedule, opt, max(1, spec.warmup) + spec.steps, spec.lr_warmup)
 
     def step() -> None:
         if not first_step_at:
             first_step_at.append(time.time())
         x, y = next(stream)
-        with _autocast(ctx.device, spec.dtype):
-            losses.append(train_step(net, opt, x, y, micro_batches=spec.micro_batches))
+        losses.append(train_step(net, opt, x, y, micro_batches=k, dtype=spec.dtype, scaler=scaler))
         if schedule is not None:
             schedule.step()
         ctx.progress(len(losses), total, f"step {len(losses)}/{total}")
@@ -174,14 +176,15 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
         "step_s_iqr": timing.iqr_s,
         "step_s_min": timing.min_s,
         "step_s_max": timing.max_s,
-        "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [],
+        "cpus": usable_cpu_ids(),
         "cpu_share": share.value.to_dict(),
         "first_step_at": first_step_at[0],
         "loss_first": losses[0],
         "loss_last": losses[-1],
         "lr_last": opt.param_groups[0]["lr"],  # the rate after the schedule's last step
+        "loss_scale": scaler.get_scale() if scaler is not None else 1.0,
         "params": parameter_count(model),
-        "flops_per_sample": flops_per_sample(model, spec.side * spec.side),
+        "flops_per_sample": flops_per_sample(model, features_of(spec.data, spec.side)),
         "buckets": bucket_count(net),
     }
     out["params_max_diff"] = replica_divergence(ctx, net)
@@ -192,11 +195,13 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
         # The same step on a private copy: no DDP hooks, no all-reduce, no waiting for peers.
         local = copy.deepcopy(model)
         local_opt = make_optimizer(spec.optimizer, local.parameters(), spec.lr)
+        local_scaler = grad_scaler(ctx.device, spec.dtype)
 
         def local_step() -> None:
             x, y = next(stream)
-            with _autocast(ctx.device, spec.dtype):
-                train_step(local, local_opt, x, y, micro_batches=spec.micro_batches)
+            train_step(
+                local, local_opt, x, y, micro_batches=k, dtype=spec.dtype, scaler=local_scaler
+            )
 
         out["compute_s"] = time_fn(
             local_step, device=ctx.device, warmup=2, repeat=spec.steps, max_time_s=float("inf")
@@ -204,14 +209,6 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
         ctx.barrier()
     out["allreduce_s"] = time_allreduce(ctx, out["params"]) if spec.measure_allreduce else 0.0
     return out
-
-
-def _autocast(device: str, dtype: str) -> contextlib.AbstractContextManager:
-    if dtype == "fp32":
-        return contextlib.nullcontext()
-    if dtype != "bf16":
-        raise ValueError(f"dtype={dtype!r} is not a training dtype here; allowed: fp32, bf16")
-    return torch.autocast(device.split(":")[0], dtype=torch.bfloat16)
 
 
 def bucket_count(net: nn.Module) -> int:

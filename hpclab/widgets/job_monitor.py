@@ -1,20 +1,23 @@
 """A live view of a Slurm job: the queue, the job's state changes, its log tail, Cancel (chapter 07).
 
-A background thread polls the scheduler (every 0.2 s on the local cluster, every 5 s on a real
-one, see :attr:`hpclab.cluster.slurm.Cluster.poll_s`) and updates the widgets: the queue as
-``squeue`` shows it, a step plot of the job's states over time (PENDING -> RUNNING ->
-COMPLETED, or a requeue's way back to PENDING), and the last lines of its log. Cancel runs
-``scancel``. Errors from the scheduler land in the status line, never as a traceback.
+It watches on the glue every live view shares (:class:`~hpclab.widgets.runner.Runner`: the
+background thread, the one-line status, errors as one line): the watch starts when the monitor is
+made and polls the scheduler (every 0.2 s on the local cluster, every 5 s on a real one, see
+:attr:`hpclab.cluster.slurm.Cluster.poll_s`), updating the queue as ``squeue`` shows it, a step
+plot of the job's states over time (PENDING -> RUNNING -> COMPLETED, or a requeue's way back to
+PENDING), and the last lines of its log. Cancel runs ``scancel`` on the job; the watch goes on
+until the scheduler says the job ended.
 """
 
 from __future__ import annotations
 
 import html
-import threading
 import time
 from typing import Any
 
-from hpclab.cluster.slurm import Job, SlurmError
+from hpclab.cluster.slurm import Job
+from hpclab.progress import Progress
+from hpclab.widgets.runner import Runner
 
 STATES = ("PENDING", "RUNNING", "COMPLETING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
 
@@ -28,7 +31,6 @@ class JobMonitor:
         self.tail = tail
         self.states: list[tuple[float, str]] = []
         self.last = None
-        self._stop = threading.Event()
         self.figure = go.FigureWidget(
             data=[go.Scatter(mode="lines+markers", line_shape="hv", name="state")],
             layout={
@@ -40,28 +42,27 @@ class JobMonitor:
         )
         self.queue = w.HTML("")
         self.log = w.HTML("")
-        self.status = w.HTML("")
-        self.cancel_button = w.Button(description="Cancel", icon="stop", button_style="danger")
-        self.cancel_button.on_click(lambda _b: self.cancel())
+        self.runner = Runner(self._watch)
+        self.cancel_button = self.runner.button(
+            "Cancel", self.cancel, icon="stop", button_style="danger", tooltip="scancel the job"
+        )
         self.widget = w.VBox(
             [w.HBox([self.cancel_button, self.status]), self.queue, self.figure, self.log]
         )
-        self._thread = threading.Thread(target=self._loop, daemon=True)
         if start:
-            self._thread.start()
+            self.runner.start()
+
+    @property
+    def status(self) -> Any:
+        return self.runner.status
 
     def cancel(self) -> None:
-        """The Cancel button: ``scancel``; a failure is one line in the status, no traceback."""
-        try:
-            self.job.cancel()
-            self.status.value = f"scancel {self.job.job_id} sent"
-        except SlurmError as exc:
-            self.status.value = html.escape(_first_line(exc))
-        except Exception as exc:  # noqa: BLE001 - a button's callback must not spill either
-            self.status.value = html.escape(f"{type(exc).__name__}: {_first_line(exc)}")
+        """The Cancel button: ``scancel`` (a failure is one line in the status)."""
+        self.job.cancel()
+        self.runner.say(f"scancel {self.job.job_id} sent")
 
-    def poll(self) -> bool:
-        """One update of every view; True once the job has ended."""
+    def poll(self) -> tuple[bool, str]:
+        """One update of every view: (the job ended, its status line)."""
         st = self.job.state()
         key = (st.state, st.reason, st.restarts)
         if key != self.last:
@@ -72,7 +73,6 @@ class JobMonitor:
                 self.figure.data[0].y = [s for _, s in self.states]
         why = f" ({st.reason})" if st.state == "PENDING" and st.reason not in ("", "None") else ""
         code = f", exit code {st.exit_code}" if st.done else ""
-        self.status.value = f"job {self.job.job_id}: <b>{st.state}</b>{html.escape(why)}{code}"
         rows = self.job.cluster.queue()
         cells = "".join(
             f"<tr><td>{q['job_id']}</td><td>{html.escape(q['name'])}</td><td>{q['state']}</td>"
@@ -88,25 +88,32 @@ class JobMonitor:
         self.log.value = f"<pre>{html.escape(self.job.log(tail=self.tail))}</pre>"
         if st.done:
             self.cancel_button.disabled = True
-        return st.done
+        return st.done, f"job {self.job.job_id}: {st.state}{why}{code}"
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                if self.poll():
-                    return
-            except Exception as exc:  # a view must not die with a traceback
-                self.status.value = html.escape(f"{type(exc).__name__}: {_first_line(exc)}")
-            self._stop.wait(self.job.cluster.poll_s)
+    def _watch(self, progress: Progress, _arg: Any) -> str:
+        """Poll until the job ends (its last line is the status, with a second line, shown as a
+        warning, when it failed or ran out of time), or until :meth:`stop` cancels the watch."""
+        while True:
+            done, line = self.poll()
+            if done:
+                if self.last[0] not in ("COMPLETED", "CANCELLED"):
+                    line += "\nit did not complete: its log is below"
+                return line
+            progress.update(0, 0, line)
+            until = time.monotonic() + self.job.cluster.poll_s
+            while time.monotonic() < until:
+                progress.check()
+                time.sleep(0.05)
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+        """Stop watching (the job goes on)."""
+        self.runner.cancel()
+        self.wait(timeout_s=5)
 
     def wait(self, timeout_s: float = 120.0) -> None:
         """Block until the job ended and the views show it (tests, scripts)."""
-        self._thread.join(timeout=timeout_s)
+        if self.runner.thread is not None:
+            self.runner.thread.join(timeout=timeout_s)
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
@@ -116,7 +123,3 @@ class JobMonitor:
 
 def job_monitor(job: Job, **kwargs: Any) -> JobMonitor:
     return JobMonitor(job, **kwargs)
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).splitlines() or [""])[0]

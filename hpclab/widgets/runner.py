@@ -53,6 +53,15 @@ class Runner:
         self.cancel_button.on_click(lambda _b: self._safely(self.cancel))
         self.buttons = w.HBox([self.run_button, self.cancel_button, self.bar])
 
+    def button(self, description: str, action: Callable[[], None], **style: Any) -> Any:
+        """A further button of this view (e.g. a job's ``scancel``): whatever its ``action``
+        raises is one line in the status, as for Run and Cancel."""
+        import ipywidgets as w
+
+        b = w.Button(description=description, **style)
+        b.on_click(lambda _b: self._safely(action))
+        return b
+
     def say(self, text: str, kind: str = "info") -> None:
         lines = text.split("\n")
         body = "<br>".join(html.escape(t) for t in lines)

@@ -1,6 +1,7 @@
 """Panels whose ranks control is capped at what this allocation offers (GPUs, else usable cores):
-chapter 06's scaling explorer (the ``ddp`` panel, points accumulating) and part 2's data parallel
-by hand (``dp-by-hand``).
+chapter 06's scaling explorer (the ``ddp`` panel, points accumulating), its time-to-accuracy view
+(the same runs to a target validation accuracy) and part 2's data parallel by hand
+(``dp-by-hand``).
 
 What the allocation offers comes from :func:`hpclab.dist.placement.gpu_count` and
 :func:`hpclab.measure.sysinfo.usable_cores`; the views live here.
@@ -40,6 +41,27 @@ def scaling_explorer(**kwargs: Any) -> ExperimentPanel:
         accumulate=True,
         **kwargs,
     )
+
+
+def time_to_accuracy_panel(target_acc: float | None = None, **kwargs: Any) -> ExperimentPanel:
+    """Chapter 06's time-to-accuracy view: the ``ddp`` panel with a target validation accuracy
+    on the teacher task; runs accumulate, plotted as time to the target beside samples/s."""
+    from hpclab.config import quick_mode
+
+    run_now = kwargs.pop("run_now", True)
+    view = ranks_panel(
+        "ddp",
+        ("ranks", "batch_size", "lr", "lr_rule", "warmup_epochs", "target_acc"),
+        1024,
+        accumulate=True,
+        run_now=False,
+        **kwargs,
+    )
+    view.controls["target_acc"].value = target_acc or (0.58 if quick_mode() else 0.64)
+    view.controls["lr"].value = 0.2  # the teacher task's tuned rate at a batch of 64
+    if run_now:
+        view.start(wait=True)
+    return view
 
 
 def dp_by_hand_panel(**kwargs: Any) -> ExperimentPanel:

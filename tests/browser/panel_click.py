@@ -27,10 +27,14 @@ CLICKS = {
     "06_data_parallel": ("batch size", "32"),
     "06_model_parallel": ("batch size", "32"),
     "08_search_autotuning": ("trials", "2"),
+    "09_memory_precision": ("depth", "4"),
 }
-# Panels after the first that are pressed too: notebook -> [(panel index, label, value)].
-LATER_CLICKS = {
-    "08_search_autotuning": [(1, "trials", "6")],  # section 6: the ASHA view
+
+# Panels after the first, pressed too: notebook -> [(a control label only that panel has, the
+# new value)]; the panel is the first output holding a control with that label.
+MORE_CLICKS = {
+    "06_data_parallel": [("lr rule", "linear")],  # section 8's time-to-accuracy view
+    "08_search_autotuning": [("eta", "2")],  # section 6's ASHA view
 }
 
 # The output holding the first panel: controls and a Run button.
@@ -67,17 +71,22 @@ def _set_control(panel, label: str, value: str) -> None:
 
 def click_first_panel(page, stem: str) -> str:
     """Change the first panel's control, press Run, wait for "done"; return what was done
-    (empty for a notebook without a panel: not in ``CLICKS``); then the same for the later
-    panels of ``LATER_CLICKS``."""
+    (empty for a notebook without a panel: not in ``CLICKS``); then the same for the panels
+    of ``MORE_CLICKS``."""
     if stem not in CLICKS:
         return ""
-    done = [_click_panel(page, stem, 0, *CLICKS[stem])]
-    done += [_click_panel(page, stem, *later) for later in LATER_CLICKS.get(stem, [])]
+    label, value = CLICKS[stem]
+    done = [_press(page, page.locator(PANEL).first, stem, label, value, stem)]
+    for k, (label, value) in enumerate(MORE_CLICKS.get(stem, ()), start=2):
+        has = page.locator(".widget-label", has_text=re.compile(rf"^{re.escape(label)}$"))
+        panel = page.locator(PANEL).filter(has=has).first
+        done.append(_press(page, panel, stem, label, value, f"{stem}-panel{k}"))
     return "; ".join(done)
 
 
-def _click_panel(page, stem: str, nth: int, label: str, value: str) -> str:
-    panel = page.locator(PANEL).nth(nth)
+def _press(page, panel, stem: str, label: str, value: str, shot: str) -> str:
+    """Set ``label`` to ``value`` in ``panel``, press its Run, wait for "done" and a new figure;
+    a screenshot of the panel goes to ``<shot>.png``."""
     panel.wait_for(timeout=PANEL_TIMEOUT_S * 1000)  # after a reload widgets render late
     before = panel.evaluate(JS_PANEL_PLOT)
     _set_control(panel, label, value)
@@ -93,8 +102,8 @@ def _click_panel(page, stem: str, nth: int, label: str, value: str) -> str:
         page.wait_for_timeout(250)
     page.wait_for_timeout(500)  # let plotly finish drawing before the screenshot
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    name = stem if nth == 0 else f"{stem}-panel{nth + 1}"
-    panel.screenshot(path=str(ARTIFACTS / f"{name}.png"))
-    assert text.startswith("done"), f"{name}: Run with {label}={value} ended with {text!r}"
-    assert after is not None and after != before, f"{name}: the figure did not change after Run"
+    panel.scroll_into_view_if_needed()
+    panel.screenshot(path=str(ARTIFACTS / f"{shot}.png"))
+    assert text.startswith("done"), f"{stem}: Run with {label}={value} ended with {text!r}"
+    assert after is not None and after != before, f"{stem}: the figure did not change after Run"
     return f"Run with {label}={value}: {text.splitlines()[0]}"

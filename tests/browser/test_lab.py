@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 from panel_click import click_first_panel
+from stored_outputs import mismatches, wait_saved
 
 # The bound on a whole chapter (Run All, then a reload): generous, as Run All's wait follows
 # progress and a loaded machine runs a chapter several times slower than a quiet one.
@@ -233,6 +234,15 @@ def _save_and_reload(page, rel: str) -> None:
     _wait_kernel_idle(page, KERNEL_IDLE_TIMEOUT_S)
 
 
+def _assert_stored_outputs(notebook: Path, server, rel: str) -> None:
+    """The outputs the chapter stores for checking came out the same here (what nbval checks;
+    see stored_outputs.py), on the copy saved before the reload."""
+    saved = server.root / rel
+    wait_saved(saved)
+    bad = mismatches(notebook, saved)
+    assert not bad, f"{rel}: stored outputs changed:\n" + "\n".join(bad)
+
+
 def _wait_live_figures(page, expected: int, timeout_s: float) -> tuple[int, int]:
     deadline = time.monotonic() + timeout_s
     got = _live_figures_drawn(page)
@@ -350,6 +360,7 @@ def test_run_all_and_interact(
         areas, drawn = _live_figures_drawn(page)
         got = _reload_and_wait_drawn(page, rel, drawn)
         _screenshot(page, f"{notebook.stem}-reload")
+        _assert_stored_outputs(notebook, server, rel)
         assert drawn > 0 and got[1] >= drawn, (
             f"after a reload {got[1]} of {got[0]} live figures drew again (before: {drawn} of "
             f"{areas}); console:\n" + "\n".join(console[-20:])
@@ -404,6 +415,7 @@ def check_chapter_in_browser(
         areas, drawn = _live_figures_drawn(page)
         got = _reload_and_wait_drawn(page, rel, drawn)
         _screenshot(page, f"{notebook.stem}-reload")
+        _assert_stored_outputs(notebook, server, rel)
         assert got[1] >= drawn, (
             f"after a reload {got[1]} of {got[0]} live figures drew again (before: {drawn})"
         )

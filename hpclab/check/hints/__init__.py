@@ -30,11 +30,14 @@ TOPICS = (  # one module here per check module of hpclab/check/
     "sgd",
     "ssp",
     "ddp",
-    "ddp_model",
+    "cost_model",
     "collectives",
     "parallel",
+    "tta",
     "cluster",
     "search",
+    "speed",
+    "memory",
 )
 # What an answer argument may be: a predicate per kind, and the words used when it is not.
 KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {

@@ -38,4 +38,19 @@ EXERCISES = (
             "Return one formatted string: the index range, a percent sign, the throttle.",
         ),
     ),
+    Exercise(
+        "check_run_cost",
+        (
+            ("function", "train_hours(dataset_images, epochs, sample_images, sample_seconds)"),
+            ("function", "run_cost(hours_one_gpu, gpus, efficiency, usd_per_gpu_hour)"),
+        ),
+        (
+            "Time is work divided by rate; a bill is GPU-hours times the price of one.",
+            "The rate is sample_images / sample_seconds images per second; the work is every "
+            "image once per epoch. On g GPUs at efficiency e the run takes hours / (g x e) of "
+            "wall time, and all g GPUs are billed for it.",
+            "train_hours: dataset_images x epochs / rate / 3600. run_cost: the wall hours, times "
+            "gpus, times the price.",
+        ),
+    ),
 )

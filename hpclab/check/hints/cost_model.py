@@ -1,4 +1,4 @@
-"""Hints for chapter 06's cost-model exercises (checks in ``hpclab/check/ddp_model.py``)."""
+"""Hints for chapter 06's cost-model exercises (checks in ``hpclab/check/cost_model.py``)."""
 
 from hpclab.check.hints import Exercise
 
