@@ -60,16 +60,16 @@ def main() -> int:
             seq = _sequential(cfg, Searcher("random", TRIALS, 0), Progress())
             t_seq = time.perf_counter() - t
         cel = run_celery(cfg, Searcher("random", TRIALS, 0), Progress())
-        t_cel = max(r["end_s"] for r in cel)  # from the first submission, pool start-up excluded
+        t_cel = max(r.end_s for r in cel)  # from the first submission, pool start-up excluded
     except Exception as exc:  # noqa: BLE001
         print(f"search: could not measure: {type(exc).__name__}: {exc}")
         return 1
-    diff = max(abs(a["val_loss"] - b["val_loss"]) for a, b in zip(seq, cel, strict=True))
+    diff = max(abs(a.val_loss - b.val_loss) for a, b in zip(seq, cel, strict=True))
     ratio = t_seq / t_cel
     print(
         f"{TRIALS} trials: sequential {t_seq:.2f} s, Celery 2 workers {t_cel:.2f} s; "
         f"largest loss difference {diff:.1e}; median overhead per Celery trial "
-        f"{statistics.median(r['overhead_s'] for r in cel) * 1e3:.1f} ms"
+        f"{statistics.median(r.overhead_s for r in cel) * 1e3:.1f} ms"
     )
     print(f"search: dispatch_ms={task_ms:.2f}")
     print(

@@ -53,6 +53,7 @@ def run_trial(
     samples: int = 0,
     save_to: str | None = None,
     threads: int = 1,
+    checkpoint: str | None = None,
 ) -> dict[str, Any]:
     """Train with ``params`` for ``epochs``; return ``val_loss``, ``val_acc``, ``seconds``.
 
@@ -68,14 +69,20 @@ def run_trial(
     or infinite) ends at once with ``val_loss = inf``.
 
     ``save_to``: a file where the trained model is saved (:func:`save_model`), e.g. to serve it.
+
+    ``checkpoint``: a file holding the trial's state after its last epoch (model, optimizer,
+    shuffling generator, losses so far): when it exists the trial resumes there and trains up to
+    ``epochs`` in all (a promoted trial of a synchronous rung, chapter 08, does not retrain); it
+    is written again at the end. ``curve`` in the result: the validation loss after each epoch
+    (resumed ones included); ``seconds``: this call's compute only.
     """
     from hpclab.dist.placement import torch_threads
 
     with torch_threads(threads):
-        return _train(params, epochs, seed, report, samples, save_to)
+        return _train(params, epochs, seed, report, samples, save_to, checkpoint)
 
 
-def _train(params, epochs, seed, report, samples, save_to) -> dict[str, Any]:
+def _train(params, epochs, seed, report, samples, save_to, checkpoint) -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
 
@@ -96,8 +103,12 @@ def _train(params, epochs, seed, report, samples, save_to) -> dict[str, Any]:
     )
     gen = torch.Generator().manual_seed(seed)
     bs = int(p["batch_size"])
-    val_loss, pruned, done = math.inf, False, 0
-    for epoch in range(epochs):
+    val_loss, val_acc, pruned, curve = math.inf, 0.0, False, []
+    if checkpoint and os.path.exists(checkpoint):
+        curve, val_acc = _resume(checkpoint, model, opt, gen)
+        val_loss = curve[-1] if curve else math.inf
+    done = len(curve)
+    for epoch in range(done, epochs):
         order = torch.randperm(len(xt), generator=gen)
         for i in range(0, len(xt) - bs + 1, bs):
             idx = order[i : i + bs]
@@ -110,18 +121,23 @@ def _train(params, epochs, seed, report, samples, save_to) -> dict[str, Any]:
             val_acc = float((model(xv).argmax(1) == yv).float().mean())
             model.train()
         done = epoch + 1
+        curve.append(val_loss if math.isfinite(val_loss) else math.inf)
         if not math.isfinite(val_loss):
             val_loss = math.inf
             break
-        if report is not None and report(epoch, val_loss):
+        # a trial told to stop after its last epoch has finished: it is not "stopped"
+        if report is not None and report(epoch, val_loss) and done < epochs:
             pruned = True
             break
     if save_to:
         save_model(model, p["model"], xt.shape[1], save_to)
+    if checkpoint:
+        _save_state(checkpoint, model, opt, gen, curve, val_acc)
     return {
         "val_loss": val_loss,
         "val_acc": val_acc if math.isfinite(val_loss) else 0.0,
         "epochs": done,
+        "curve": curve,
         "pruned": pruned,
         "seconds": time.perf_counter() - t0,
         "started_at": started_at,
@@ -129,15 +145,36 @@ def _train(params, epochs, seed, report, samples, save_to) -> dict[str, Any]:
     }
 
 
+def _save_state(path: str, model, opt, gen, curve: list[float], val_acc: float) -> None:
+    """The trial after its last epoch, written atomically (a reader never sees half a file)."""
+    import torch
+
+    state = {"model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
+             "curve": curve, "val_acc": val_acc}  # fmt: skip
+    torch.save(state, path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
+def _resume(path: str, model, opt, gen) -> tuple[list[float], float]:
+    import torch
+
+    state = torch.load(path, weights_only=True)
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+    gen.set_state(state["gen"])
+    return list(state["curve"]), float(state["val_acc"])
+
+
 def timed_trials(
-    points: list[dict[str, Any]], epochs: int, seed: int, samples: int = 0
-) -> Iterator[dict[str, Any]]:
+    points: list[dict[str, Any]], epochs: int, seed: int, samples: int = 0,
+    checkpoints: list[str] | None = None,
+) -> Iterator[dict[str, Any]]:  # fmt: skip
     """Run ``points`` one after another in this (fresh) process, yielding each result as it
     is done; each also carries
     ``process_start`` (when the job launched this Python process: ``$HPCLAB_LAUNCHED_AT``,
     stamped by the job script, else psutil's creation time), ``startup_s`` (process start to the
     first trial: interpreter, imports, data split; 0 for later trials), ``finished_at`` and the
-    ``node``."""
+    ``node``. ``checkpoints``: one file per point (:func:`run_trial`'s ``checkpoint``)."""
     import psutil
 
     stamp = os.environ.get("HPCLAB_LAUNCHED_AT", "")
@@ -150,7 +187,8 @@ def timed_trials(
     if points:
         run_trial(points[0], epochs=1, seed=seed, samples=int(points[0].get("batch_size", 64)))
     for k, params in enumerate(points):
-        res = run_trial(params, epochs=epochs, seed=seed, samples=samples)
+        ckpt = checkpoints[k] if checkpoints else None
+        res = run_trial(params, epochs=epochs, seed=seed, samples=samples, checkpoint=ckpt)
         res.update(
             process_start=process_start,
             startup_s=max(0.0, res["started_at"] - process_start) if k == 0 else 0.0,

@@ -144,3 +144,36 @@ def test_the_suggested_target_is_reached_by_some_median_search():
     target = suggested_target(recs)
     assert min(trials_to_reach(recs, s, target) for s in ("grid", "random")) < math.inf
     assert faster_strategy("random", recs, target).passed
+
+
+def test_sha_budget_accepts_the_solution_and_rejects_plausible_mistakes():
+    from hpclab.check.search import sha_budget
+
+    def solution(n, r, big_r, eta):
+        total, before, alive, e = 0, 0, n, r
+        while True:
+            e = min(e, big_r)
+            total += alive * (e - before)
+            if e == big_r:
+                return total
+            before, alive, e = e, max(1, alive // eta), e * eta
+
+    assert sha_budget(solution).passed
+
+    def retrained(n, r, big_r, eta):  # every rung trains from scratch
+        total, alive, e = 0, n, r
+        while True:
+            e = min(e, big_r)
+            total += alive * e
+            if e == big_r:
+                return total
+            alive, e = max(1, alive // eta), e * eta
+
+    got = sha_budget(retrained)
+    assert not got.passed and "resumes from its checkpoint" in got.message
+    got = sha_budget(lambda n, r, big_r, eta: n * big_r)
+    assert not got.passed and "without early stopping" in got.message
+    got = sha_budget(lambda n, r, big_r, eta: n * r)  # only the first rung
+    assert not got.passed and "n=27, min_epochs=1, max_epochs=9, eta=3" in got.message
+    assert "expected 63" in got.message and "rungs at 1, 3, 9 epochs" in got.message
+    assert not sha_budget(63).passed

@@ -72,10 +72,11 @@ def test_job_array_runs_every_trial_and_names_the_best(cluster):
     cfg = ArrayConfig(trials=2, throttle=2, epochs=1, samples=200, serial=False)
     summary, *trials = run_array(cfg, Progress()).records
     assert [t["task"] for t in trials] == [0, 1]
-    assert len({t["lr"] for t in trials}) == 2
-    assert summary["best_accuracy"] == max(t["accuracy"] for t in trials)
+    assert len({t["params"]["lr"] for t in trials}) == 2
+    assert summary["best_val_acc"] == max(t["val_acc"] for t in trials)
+    assert all(t["fate"] == "finished" and t["queue_s"] <= t["end_s"] for t in trials)
     # the same trial as chapter 08's search: the array task's loss is the one run here
-    here = run_trial({"lr": trials[1]["lr"], "batch_size": trials[1]["batch"]}, 1, 0, samples=200)
+    here = run_trial(trials[1]["params"], 1, 0, samples=200)
     assert abs(here["val_loss"] - trials[1]["val_loss"]) < 1e-6
     assert all(t["startup_s"] > 0 for t in trials)  # a fresh process pays its imports
 

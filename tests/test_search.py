@@ -119,9 +119,9 @@ def test_a_worker_killed_mid_trial_loses_no_trial():
     cfg = SearchConfig.create(backend="celery", strategy="grid", trials=3, epochs=8, workers=2)
     records = _celery(cfg, Searcher("grid", 3), Progress(kill_w0))
     assert killed, "the test did not manage to kill a worker"
-    assert [r["trial"] for r in records] == [0, 1, 2]
-    assert all(math.isfinite(r["val_loss"]) and not r.get("error") for r in records), records
-    assert sum(r["retries"] for r in records) >= 1
+    assert [r.trial for r in records] == [0, 1, 2]
+    assert all(math.isfinite(r.val_loss) and r.fate == "finished" for r in records), records
+    assert sum(r.retries for r in records) >= 1
     assert _leftovers() == []
 
 

@@ -173,3 +173,76 @@ def faster_strategy(answer: Any, records: list[dict[str, Any]], target: float) -
         f"the median {answer} search {spent}, and another strategy needed fewer: read, for each "
         f"median line, the first trial where it drops below {target}."
     )
+
+
+def sha_epochs(n: int, min_epochs: int, max_epochs: int, eta: int) -> float:
+    """Epochs synchronous successive halving trains in all: every rung keeps the best
+    ``max(1, alive // eta)``, and a promoted trial resumes from its checkpoint, so it trains
+    only the epochs between two rungs (:mod:`hpclab.search.early_stopping`)."""
+    from hpclab.search.early_stopping import rungs
+
+    total, before, alive = 0, 0, n
+    for epoch in rungs(min_epochs, max_epochs, eta):
+        total += alive * (epoch - before)
+        before, alive = epoch, max(1, alive // eta)
+    return total
+
+
+def _retrained(n: int, r: int, big_r: int, eta: int) -> float:
+    from hpclab.search.early_stopping import rungs
+
+    total, alive = 0, n
+    for epoch in rungs(r, big_r, eta):
+        total, alive = total + alive * epoch, max(1, alive // eta)
+    return total
+
+
+def _kept_ceil(n: int, r: int, big_r: int, eta: int) -> float:
+    from hpclab.search.early_stopping import rungs
+
+    total, before, alive = 0, 0, n
+    for epoch in rungs(r, big_r, eta):
+        total, before, alive = total + alive * (epoch - before), epoch, math.ceil(alive / eta)
+    return total
+
+
+_SHA_MISTAKES = (
+    (_retrained, "a promoted trial resumes from its checkpoint: at a rung it trains only the "
+     "epochs since the previous rung, not the rung's epochs all over again"),
+    (lambda n, r, big_r, eta: n * big_r, "that is the search without early stopping: every "
+     "configuration trained to the end"),
+    (_kept_ceil, "a rung keeps max(1, alive // eta) trials (rounded down), not ceil(alive / eta)"),
+)  # fmt: skip
+# (configurations, first rung's epochs, most epochs, eta): the chapter's 27; Li et al.'s 81 over
+# 27 epochs; halving (eta 2); a last rung that is not a power of eta; too few to halve twice.
+SHA_CASES = [(27, 1, 9, 3), (81, 1, 27, 3), (16, 1, 16, 2), (10, 2, 20, 3), (5, 1, 9, 3)]
+
+
+@exercise_check
+def sha_budget(fn: Callable[[int, int, int, int], float]) -> CheckResult:
+    """``fn(n, min_epochs, max_epochs, eta)``: the epochs synchronous successive halving trains
+    (:func:`sha_epochs`), on several cases; a plausible mistake gets its advice."""
+    from hpclab.check import formula_check
+
+    if not callable(fn):
+        return failed("pass your function sha_epochs itself (not a number): it is tried on "
+                      "several searches")  # fmt: skip
+
+    def differs(case: tuple, got: float, want: float) -> str:
+        n, r, big_r, eta = case
+        return (f"for n={n}, min_epochs={r}, max_epochs={big_r}, eta={eta} you return {got:g} "
+                f"epochs; expected {want:g} (rungs at {rungs_text(r, big_r, eta)})")  # fmt: skip
+
+    return formula_check(
+        fn, SHA_CASES, "sha_epochs", sha_epochs, _SHA_MISTAKES,
+        "successive halving's budget: each rung trains the trials still alive up to its epochs "
+        "(resumed, not retrained) and keeps 1 in eta; 27 configurations cost 63 epochs instead "
+        "of 243.",
+        differs,
+    )  # fmt: skip
+
+
+def rungs_text(min_epochs: int, max_epochs: int, eta: int) -> str:
+    from hpclab.search.early_stopping import rungs
+
+    return ", ".join(str(e) for e in rungs(min_epochs, max_epochs, eta)) + " epochs"

@@ -34,6 +34,7 @@ from hpclab.cluster.spec import JobSpec
 from hpclab.config import Config, ConfigError, param
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
+from hpclab.trial_record import TrialRecord, clock
 
 LRS = (0.01, 0.03, 0.1, 0.3)
 BATCHES = (16, 64)
@@ -77,11 +78,16 @@ def modelled_wall_s(
 
 
 def write_plan(
-    work: Path, points: list[dict], epochs: int, seed: int = 0, samples: int = 0, per_task: int = 1
-) -> None:
-    """The array's plan (its trials and how to run them), read by every task from ``work``."""
+    work: Path, points: list[dict], epochs: int, seed: int = 0, samples: int = 0,
+    per_task: int = 1, checkpoints: list[str] | None = None,
+) -> None:  # fmt: skip
+    """The array's plan (its trials and how to run them), read by every task from ``work``;
+    ``checkpoints``: one file per point that its trial resumes from and writes (chapter 08's
+    synchronous rungs), else None."""
     plan = {"points": points, "epochs": epochs, "seed": seed, "samples": samples}
-    (work / "plan.json").write_text(json.dumps({**plan, "per_task": per_task}))
+    (work / "plan.json").write_text(
+        json.dumps({**plan, "per_task": per_task, "checkpoints": checkpoints})
+    )
 
 
 def task_command(work: Path | str, task: str = "$SLURM_ARRAY_TASK_ID") -> str:
@@ -120,6 +126,7 @@ def run_array(config: ArrayConfig, progress: Progress) -> Result:
     points = grid(config.trials)
     write_plan(work, points, config.epochs, samples=config.samples)
     t0 = time.monotonic()
+    t_submit = clock()
     job = submit_array(cluster, site, work, config.trials, config.throttle)
     progress.update(
         0, 2, f"array job {job.job_id}: {config.trials} tasks, {config.throttle} at once"
@@ -127,13 +134,10 @@ def run_array(config: ArrayConfig, progress: Progress) -> Result:
     job.result(timeout_s=600, progress=progress)
     array_s = time.monotonic() - t0
     results = read_results(work, config.trials)
-    records = [
-        {
-            "kind": "trial", "task": i, "lr": p["lr"], "batch": p["batch_size"],
-            "accuracy": results[i]["val_acc"], "val_loss": results[i]["val_loss"],
-            "train_s": results[i]["seconds"], "startup_s": results[i]["startup_s"],
-            "node": results[i]["node"],
-        }
+    seen = clock()
+    records = [  # the search's own record (chapter 08), one per task
+        {"kind": "trial", "task": i,
+         **TrialRecord.from_output(i, p, results[i], t_submit, seen, t_submit).as_dict()}
         for i, p in enumerate(points)
     ]  # fmt: skip
     summary = {
@@ -154,11 +158,11 @@ def run_array(config: ArrayConfig, progress: Progress) -> Result:
         sjob.result(timeout_s=600, progress=progress)
         summary["serial_wall_s"] = time.monotonic() - t0
         summary["speedup"] = summary["serial_wall_s"] / array_s
-    best = max(records, key=lambda r: r["accuracy"])
+    best = max(records, key=lambda r: r["val_acc"])
     summary |= {
-        "best_lr": best["lr"],
-        "best_batch": best["batch"],
-        "best_accuracy": best["accuracy"],
+        "best_lr": best["params"]["lr"],
+        "best_batch": best["params"]["batch_size"],
+        "best_val_acc": best["val_acc"],
     }
     progress.update(2, 2, "done")
     return make_result("job-array", config, [summary, *records], ran_elsewhere=True)
@@ -173,7 +177,9 @@ def main(work_dir: str, task: int) -> None:
     first = task * plan["per_task"]
     indices = range(first, min(first + plan["per_task"], len(plan["points"])))
     points = [plan["points"][i] for i in indices]
-    results = timed_trials(points, plan["epochs"], plan["seed"], plan["samples"])
+    files = plan.get("checkpoints")
+    results = timed_trials(points, plan["epochs"], plan["seed"], plan["samples"],
+                           [files[i] for i in indices] if files else None)  # fmt: skip
     for i, res in zip(indices, results, strict=True):  # each written as soon as it is done
         tmp = work / f".trial-{i}.json.tmp"
         tmp.write_text(json.dumps({**res, "task": task}))

@@ -63,12 +63,14 @@ def plot_requeue(result: Result) -> go.Figure:
 def plot_array(result: Result) -> go.Figure:
     trials = [r for r in result.records if r.get("kind") == "trial"]
     summary = next(r for r in result.records if r.get("kind") == "summary")
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("accuracy per trial", "wall time (s)"))
-    for b in sorted({r["batch"] for r in trials}):
-        pts = [r for r in trials if r["batch"] == b]
+    fig = make_subplots(
+        rows=1, cols=2, subplot_titles=("validation accuracy per trial", "wall time (s)")
+    )
+    for b in sorted({r["params"]["batch_size"] for r in trials}):
+        pts = [r for r in trials if r["params"]["batch_size"] == b]
         fig.add_scatter(
-            x=[r["lr"] for r in pts],
-            y=[r["accuracy"] for r in pts],
+            x=[r["params"]["lr"] for r in pts],
+            y=[r["val_acc"] for r in pts],
             mode="lines+markers",
             name=f"batch {b}",
             row=1,

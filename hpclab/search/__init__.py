@@ -3,8 +3,13 @@
 - :mod:`hpclab.trial` (shared with chapter 07): one trial (train with given settings, report
   validation loss);
 - :mod:`~hpclab.search.strategies`: grid, random and model-based (Optuna TPE) search;
-- :mod:`~hpclab.search.broker` and :mod:`~hpclab.search.tasks`: a private Redis and Celery
-  workers, one task per trial;
+  :mod:`~hpclab.search.early_stopping`: ASHA and Hyperband (Optuna's pruners; synchronous rungs
+  on job arrays), compared with random search in :mod:`~hpclab.search.asha_compare`;
+- :mod:`~hpclab.trial_record`: one trial's record and its fate (:mod:`~hpclab.search.fates`),
+  the same on every backend; :mod:`~hpclab.search.search_config`: the config and the one
+  signature of a backend;
+- :mod:`~hpclab.search.broker`, :mod:`~hpclab.search.celery_app` and :mod:`~hpclab.search.tasks`:
+  a private Redis and Celery workers, one task per trial;
 - :mod:`~hpclab.search.search_experiment`: the ``search`` experiment, its table and plot; its
   backends :mod:`~hpclab.search.job_backends` (a job array, submitit),
   :mod:`~hpclab.search.celery_backend` and :mod:`~hpclab.search.allocation` (Celery workers

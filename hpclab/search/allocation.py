@@ -81,7 +81,7 @@ def worker_commands(url: str, workers: int, threads: int = 1) -> list[str]:
 
 
 def _ready(pool: AllocationPool, url: str, timeout_s: float) -> None:
-    from hpclab.search.tasks import app_for
+    from hpclab.search.celery_app import app_for
 
     app = app_for(url)
     deadline = time.monotonic() + timeout_s

@@ -35,8 +35,7 @@ from pathlib import Path
 
 from hpclab.config import RunError
 from hpclab.measure.oom import OomWatch, preflight
-
-BROKER_ENV = "HPCLAB_CELERY_BROKER"
+from hpclab.search.celery_app import BROKER_ENV, app_for
 
 
 class BrokerError(RunError):
@@ -164,8 +163,6 @@ def start_workers(
             procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True))  # fmt: skip
     workers = Workers(procs, log_dir, watch)
-    from hpclab.search.tasks import app_for
-
     app = app_for(url)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -3,7 +3,9 @@
 ``workers`` Celery workers on this node (:func:`hpclab.search.broker.celery_pool`) or inside ONE
 Slurm job (:func:`hpclab.search.allocation.celery_allocation`), fed by a private Redis. The
 searcher keeps every worker busy: as soon as one trial returns, the next is asked for and sent,
-so the model-based sampler learns from every result that is in.
+so the model-based sampler learns from every result that is in. With early stopping (asha,
+hyperband) each task reports its epochs to an Optuna study in the same Redis, whose pruner stops
+a running trial between two epochs (:mod:`hpclab.search.early_stopping`).
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from typing import Any
 from hpclab.dist.failures import exit_words
 from hpclab.progress import Cancelled, Progress
 from hpclab.search.fates import SearchStopped
-from hpclab.search.fates import failed_record as _failed
-from hpclab.search.strategies import Searcher
+from hpclab.search.search_config import SearchConfig
+from hpclab.search.strategies import EARLY_STOPPING, Searcher
+from hpclab.trial_record import TrialRecord, clock
 
 
-def run_celery(cfg: Any, searcher: Searcher, progress: Progress) -> list[dict]:
+def run_celery(cfg: SearchConfig, searcher: Searcher, progress: Progress) -> list[TrialRecord]:
     """Keep ``workers`` Celery workers busy. A worker that dies mid-trial: its trial is sent again
     to the others (``retries`` counts it), or reported failed when no worker is left; a trial
     that raises is recorded with its error. No trial is lost silently: when the last worker or
@@ -27,7 +30,7 @@ def run_celery(cfg: Any, searcher: Searcher, progress: Progress) -> list[dict]:
     from hpclab.search.allocation import celery_allocation
     from hpclab.search.broker import celery_pool
 
-    records: list[dict] = []
+    records: list[TrialRecord] = []
     retries: dict[int, int] = {}
     pool_of = celery_allocation if cfg.where == "slurm" else celery_pool
     try:
@@ -35,31 +38,36 @@ def run_celery(cfg: Any, searcher: Searcher, progress: Progress) -> list[dict]:
             _feed(cfg, searcher, progress, url, pool, records, retries)
     finally:
         for r in records:
-            r["retries"] = retries.get(r["trial"], 0)
-    return sorted(records, key=lambda r: r["trial"])
+            r.retries = retries.get(r.trial, 0)
+    return sorted(records, key=lambda r: r.trial)
 
 
 def _feed(cfg, searcher, progress, url, pool, records, retries) -> None:
     """The searcher's loop: send, watch the workers, collect; raises SearchStopped."""
     from redis.exceptions import RedisError
 
-    from hpclab.search.search_experiment import _record
-    from hpclab.search.tasks import app_for
+    from hpclab.search.celery_app import app_for
 
     app = app_for(url)
-    t0 = time.perf_counter()
+    early_stop = None
+    if cfg.strategy in EARLY_STOPPING:  # the pruner's study, in the workers' Redis
+        from hpclab.search.early_stopping import new_study
+
+        early_stop = new_study(cfg, redis_url=url)[1]
+    t0 = clock()
     running: dict[int, tuple[Any, dict, float]] = {}
     lost: dict[int, str] = {}
 
     def fail_running(cause: str, why: str) -> None:
         for index, (res, params, t_submit) in list(running.items()):
-            records.append(_failed(index, params, why, t_submit, t0, time.perf_counter, cause))
+            records.append(TrialRecord.failed(index, params, why, t_submit, t0, cause))
             res.backend = None  # dropped without unsubscribing: Redis may be gone
         running.clear()
 
     def send(index: int, params: dict) -> None:
-        res = app.send_task("hpclab.trial", args=[params, cfg.epochs, cfg.seed, cfg.samples])
-        running[index] = (res, params, time.perf_counter())
+        args = [params, cfg.epochs, cfg.seed, cfg.samples, early_stop]
+        res = app.send_task("hpclab.trial", args=args)
+        running[index] = (res, params, clock())
 
     def submit(n: int) -> None:
         for index, params in searcher.ask(n):
@@ -87,10 +95,10 @@ def _feed(cfg, searcher, progress, url, pool, records, retries) -> None:
                     raise
                 except Exception as exc:  # noqa: BLE001 - a trial's own error, kept in its record
                     why = f"{type(exc).__name__}: {exc}".splitlines()[0]
-                    records.append(_failed(index, params, why, t_submit, t0, time.perf_counter))
+                    records.append(TrialRecord.failed(index, params, why, t_submit, t0))
                     continue
                 searcher.tell(index, out["val_loss"])
-                records.append(_record(index, params, out, t_submit, time.perf_counter(), t0))
+                records.append(TrialRecord.from_output(index, params, out, t_submit, clock(), t0))
                 # collected: the result now lives here, not in Redis (which stays small); a broker
                 # gone at this moment is noticed by the next poll
                 try:
@@ -135,7 +143,7 @@ def _reap_lost_workers(app, pool, running, lost, retries, send) -> None:
             send(index, params)
 
 
-def _all_lost(cfg: Any, pool: Any, lost: dict[int, str]) -> tuple[str, str]:
+def _all_lost(cfg: SearchConfig, pool: Any, lost: dict[int, str]) -> tuple[str, str]:
     if cfg.where == "slurm":
         return "job ended", (
             f"the workers' job {pool.job.job_id} ended {pool.state} mid-search (cancelled, or "

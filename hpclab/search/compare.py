@@ -22,7 +22,9 @@ from hpclab.search.strategies import STRATEGIES
 
 @dataclass(frozen=True)
 class StrategiesConfig(Config):
-    strategies: tuple = param(STRATEGIES, choices=STRATEGIES, help="strategies to compare")
+    strategies: tuple = param(
+        ("grid", "random", "tpe"), choices=STRATEGIES, help="strategies to compare"
+    )
     trials: int = param(16, min=2, max=500, quick=6, help="budget of each search")
     seeds: int = param(3, min=1, max=20, quick=2, help="searches per strategy (different seeds)")
     epochs: int = param(3, min=1, max=100, quick=1, help="epochs per trial")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hpclab.experiments import Experiment
+from hpclab.search.asha_compare import AshaConfig, plot_asha, run_asha
 from hpclab.search.autotune import AutotuneConfig, run_autotune
 from hpclab.search.autotune_plot import plot_autotune
 from hpclab.search.compare import StrategiesConfig, plot_strategies, run_strategies
@@ -14,7 +15,7 @@ EXPERIMENTS = [
     Experiment(
         name="search",
         chapter="08",
-        help="hyper-parameter search: grid/random/tpe trials, sequential, as a job array, via submitit or on Celery workers",
+        help="hyper-parameter search: grid/random/tpe or early-stopping asha/hyperband trials, sequential, as a job array, via submitit or on Celery workers",
         config=SearchConfig,
         run=run_search,
         plot=plot_search,
@@ -26,6 +27,15 @@ EXPERIMENTS = [
         config=StrategiesConfig,
         run=run_strategies,
         plot=plot_strategies,
+    ),
+    Experiment(
+        name="search-asha",
+        chapter="08",
+        help="random search with and without early stopping (ASHA, Hyperband): best loss, "
+        "epochs and wall time over several seeds",
+        config=AshaConfig,
+        run=run_asha,
+        plot=plot_asha,
     ),
     Experiment(
         name="serve",

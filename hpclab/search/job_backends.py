@@ -18,36 +18,27 @@ the trial's process: the scheduler and a throttle slot), ``startup_s`` (the proc
 first trial: interpreter, torch, the data, a first step; 0 for the later trials of a task),
 ``began_s`` (when its compute began, from the search's start) and ``node``; ``overhead_s`` is the
 wall time from submission until the notebook has the result, less the trial's compute (so for
-the later trials of a task it also holds the earlier trials they waited behind). Times are wall-clock (``time.time()``),
-comparable across the nodes of a cluster whose clocks are synchronised.
+the later trials of a task it also holds the earlier trials they waited behind). Records are
+:class:`~hpclab.trial_record.TrialRecord`, on its one clock (the wall clock, comparable
+across the nodes of a cluster whose clocks are synchronised).
+
+With early stopping (asha, hyperband) the array backend runs synchronous rungs: one array per
+rung, each trial resuming from its checkpoint (:mod:`hpclab.search.early_stopping`).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from pathlib import Path
 
 from hpclab.progress import Progress
-from hpclab.search.fates import failed_record, fate_of
-from hpclab.search.strategies import Searcher
+from hpclab.search.search_config import SearchConfig
+from hpclab.search.strategies import EARLY_STOPPING, Searcher
+from hpclab.trial_record import TrialRecord, clock
 
 
 def _chunks(batch: list[tuple[int, dict]], per_task: int) -> list[list[tuple[int, dict]]]:
     return [batch[i : i + per_task] for i in range(0, len(batch), per_task)]
-
-
-def job_record(
-    index: int, params: dict, out: dict, t_submit: float, t_seen: float, t0: float
-) -> dict:
-    """A trial record from a fresh process's result (:func:`hpclab.trial.timed_trials`)."""
-    return {
-        "trial": index, "params": params, "val_loss": out["val_loss"], "val_acc": out["val_acc"],
-        "epochs": out["epochs"], "seconds": out["seconds"],
-        "overhead_s": max(0.0, (t_seen - t_submit) - out["seconds"]),
-        "queue_s": max(0.0, out["process_start"] - t_submit), "startup_s": out["startup_s"],
-        "start_s": t_submit - t0, "began_s": out["started_at"] - t0, "end_s": t_seen - t0,
-        "worker": f"{out['node'] or 'here'}:{out['pid']}", "node": out["node"], **fate_of(out),
-    }  # fmt: skip
 
 
 def _slurm():
@@ -58,47 +49,108 @@ def _slurm():
     return cluster, local.site_profile(cluster)
 
 
-def run_array(cfg: Any, searcher: Searcher, progress: Progress) -> list[dict]:
-    """All trials as one job array (chapter 07's :mod:`hpclab.cluster.arrays`)."""
+def run_array(cfg: SearchConfig, searcher: Searcher, progress: Progress) -> list[TrialRecord]:
+    """All trials as one job array (chapter 07's :mod:`hpclab.cluster.arrays`); with early
+    stopping, one array per synchronous rung (:func:`_rungs`)."""
+    cluster, site = _slurm()
+    batch = searcher.ask(cfg.trials)
+    t0 = clock()
+    if cfg.strategy in EARLY_STOPPING:
+        return _rungs(cluster, site, cfg, searcher, batch, t0, progress)
+    got = _array_round(cluster, site, cfg, searcher, batch, cfg.epochs, None, t0, progress)
+    return [got[i] for i in sorted(got)]
+
+
+def _array_round(
+    cluster, site, cfg: SearchConfig, searcher: Searcher, batch: list[tuple[int, dict]],
+    epochs: int, checkpoints: Path | None, t0: float, progress: Progress, what: str = "",
+) -> dict[int, TrialRecord]:  # fmt: skip
+    """``batch`` as one array, each trial trained up to ``epochs`` (resumed from its file in
+    ``checkpoints`` when there is one); every trial of it gets a record."""
     from hpclab.cluster.arrays import read_results, submit_array, write_plan
     from hpclab.cluster.runner import new_workdir
 
-    cluster, site = _slurm()
-    batch = searcher.ask(cfg.trials)
     work = new_workdir("search-array")
-    write_plan(work, [p for _, p in batch], cfg.epochs, cfg.seed, cfg.samples, cfg.per_task)
-    t0 = t_submit = time.time()
-    job = submit_array(cluster, site, work, len(batch), cfg.throttle, cfg.per_task)
-    records: dict[int, dict] = {}
+    files = [str(checkpoints / f"trial-{i}.pt") for i, _ in batch] if checkpoints else None
+    per_task = min(cfg.per_task, len(batch))
+    write_plan(work, [p for _, p in batch], epochs, cfg.seed, cfg.samples, per_task, files)
+    t_submit = clock()
+    job = submit_array(cluster, site, work, len(batch), cfg.throttle, per_task)
+    records: dict[int, TrialRecord] = {}
+
+    def collect(results: dict[int, dict]) -> None:
+        for k, out in results.items():
+            index, params = batch[k]
+            if index not in records:
+                records[index] = TrialRecord.from_output(index, params, out, t_submit, clock(), t0)
+                searcher.tell(index, out["val_loss"])
+
     try:
         while True:
-            for i, out in read_results(work, len(batch)).items():
-                if i not in records:
-                    records[i] = job_record(i, batch[i][1], out, t_submit, time.time(), t0)
-                    searcher.tell(i, out["val_loss"])
-            progress.update(len(records), len(batch), f"array job {job.job_id}")
+            collect(read_results(work, len(batch)))
+            progress.update(len(records), len(batch), f"array job {job.job_id}{what}")
             if len(records) == len(batch):
                 break
             st = job.state()
             if st.done:  # ended, yet some trials wrote nothing: one more look, then failures
                 time.sleep(1.0)
-                late = read_results(work, len(batch))
-                for i, (_, params) in enumerate(batch):
-                    if i in late and i not in records:
-                        records[i] = job_record(i, params, late[i], t_submit, time.time(), t0)
-                    elif i not in records:
-                        why = f"array job {job.job_id} ended {st.state} before trial {i} wrote its result"
-                        records[i] = failed_record(i, params, why, t_submit, t0, cause="job ended")
+                collect(read_results(work, len(batch)))
+                for index, params in batch:
+                    if index not in records:
+                        why = f"array job {job.job_id} ended {st.state} before trial {index} wrote its result"
+                        records[index] = TrialRecord.failed(index, params, why, t_submit, t0,
+                                                            "job ended")  # fmt: skip
                 break
             progress.check()
             time.sleep(cluster.poll_s)
     except BaseException:
         job.cancel()
         raise
-    return [records[i] for i in sorted(records)]
+    return records
 
 
-def run_submitit(cfg: Any, searcher: Searcher, progress: Progress) -> list[dict]:
+def _rungs(cluster, site, cfg, searcher, batch, t0, progress) -> list[TrialRecord]:
+    """Synchronous successive halving (asha: one bracket) or Hyperband's brackets, one array
+    per rung: every trial still alive trains up to the rung's epochs, resuming from its
+    checkpoint; when all are in, each bracket deciding at this rung keeps its best 1/eta
+    (:func:`hpclab.search.early_stopping.promote`), the others are stopped at this epoch."""
+    from hpclab.cluster.runner import new_workdir
+    from hpclab.search.early_stopping import brackets, ladder, promote, rungs
+
+    shape = (cfg.min_epochs, cfg.epochs, cfg.eta)
+    n = brackets(cfg.strategy, *shape)
+    checkpoints = new_workdir("search-rungs")
+    alive, done = dict(batch), {}
+    for level in ladder(cfg.strategy, *shape):
+        now = [(i, alive[i]) for i in sorted(alive)]
+        what = f", rung at epoch {level}: {len(now)} trials"
+        got = _array_round(cluster, site, cfg, searcher, now, level, checkpoints, t0, progress,
+                           what)  # fmt: skip
+        for i, rec in got.items():
+            done[i] = rec if i not in done else _carried(done[i], rec)
+            if rec.fate == "failed":
+                alive.pop(i)
+        for b in range(n):
+            if level == cfg.epochs or level not in rungs(*shape, b):
+                continue
+            members = {i: done[i].val_loss for i in alive if i % n == b}
+            for i in members.keys() - promote(members, cfg.eta):
+                done[i].fate = "stopped"
+                alive.pop(i)
+    return [done[i] for i in sorted(done)]
+
+
+def _carried(before: TrialRecord, now: TrialRecord) -> TrialRecord:
+    """A trial's record after one more rung: its times add up over the arrays it ran in."""
+    now.seconds += before.seconds
+    now.startup_s += before.startup_s
+    now.queue_s += before.queue_s
+    now.start_s, now.began_s = before.start_s, before.began_s
+    now.overhead_s = max(0.0, now.end_s - now.start_s - now.seconds)
+    return now
+
+
+def run_submitit(cfg: SearchConfig, searcher: Searcher, progress: Progress) -> list[TrialRecord]:
     """All trials as submitit's array: one pickled call of :func:`hpclab.trial.fresh_trials`
     per ``per_task`` trials, at most ``throttle`` at once."""
     from hpclab.cluster.arrays import array_option
@@ -113,18 +165,18 @@ def run_submitit(cfg: Any, searcher: Searcher, progress: Progress) -> list[dict]
     spec = JobSpec(name="search-submitit", array=array_option(len(batch), cfg.throttle,
                    cfg.per_task), time="00:10:00", mem="512M")  # fmt: skip
     n = len(chunks)
-    t0 = t_submit = time.time()
+    t0 = t_submit = clock()
     jobs = map_array(cluster, site, spec, new_workdir("search-submitit"), fresh_trials,
                      [[p for _, p in c] for c in chunks], [cfg.epochs] * n, [cfg.seed] * n,
                      [cfg.samples] * n)  # fmt: skip
-    records: list[dict] = []
+    records: list[TrialRecord] = []
     for k, outs, error in wait_results(cluster, jobs, progress=progress):
         for j, (index, params) in enumerate(chunks[k]):
             if error:
                 cause = "job ended" if "without a result" in error else "exception"
-                records.append(failed_record(index, params, error, t_submit, t0, cause=cause))
+                records.append(TrialRecord.failed(index, params, error, t_submit, t0, cause))
                 continue
-            records.append(job_record(index, params, outs[j], t_submit, time.time(), t0))
+            records.append(TrialRecord.from_output(index, params, outs[j], t_submit, clock(), t0))
             searcher.tell(index, outs[j]["val_loss"])
         progress.update(len(records), len(batch), f"submitit array {jobs[0].job_id.split('_')[0]}")
-    return sorted(records, key=lambda r: r["trial"])
+    return sorted(records, key=lambda r: r.trial)

@@ -10,114 +10,66 @@ Backends run the same :func:`hpclab.trial.run_trial`:
 - ``array`` and ``submitit``: every trial a Slurm array task, ``throttle`` at once, ``per_task``
   trials per task (:mod:`hpclab.search.job_backends`): all asked for up front.
 
-Each record is one trial: ``trial``, its ``params``, ``val_loss``/``val_acc``, ``seconds`` (the
+Each record is one trial (:class:`hpclab.trial_record.TrialRecord`, its fields below, on one
+clock): ``trial``, its ``params``, ``val_loss``/``val_acc``, ``seconds`` (the
 trial's own compute, measured where it ran), ``overhead_s`` (what the backend added: wall time
 from submission to result minus ``seconds``: queueing, dispatch, serialisation), ``start_s`` and
 ``end_s`` from the search's start, ``worker`` (the process that ran it), ``queue_s`` (submission
 until a process took the trial: the broker, or the scheduler and a throttle slot) and
 ``startup_s`` (a fresh process's interpreter, imports and data before its first trial; 0 on a
-warm worker); the job backends add ``began_s`` and ``node`` (:mod:`hpclab.search.job_backends`).
+warm worker), ``began_s`` (when its compute began), ``node``, ``curve`` (validation loss per
+epoch) and its ``fate``. With ``strategy="asha"`` or ``"hyperband"`` most trials are stopped at a
+rung (:mod:`hpclab.search.early_stopping`).
 """
 
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import dataclass
 from typing import Any
 
-from hpclab.config import Config, ConfigError, param
 from hpclab.progress import Cancelled, Progress
 from hpclab.results import Result, make_result
-from hpclab.search.fates import (
-    SearchIncomplete,
-    SearchStopped,
-    account_for_all,
-    failed_record,
-    fate_of,
-    summary,
-)
-from hpclab.search.search_plot import backends_table, plot_search  # noqa: F401 (the chapter's)
-from hpclab.search.strategies import STRATEGIES, Searcher
+from hpclab.search.fates import SearchIncomplete, SearchStopped, summary
+from hpclab.search.search_config import BACKENDS, WHERE, Backend, SearchConfig
+from hpclab.search.search_plot import backends_table, plot_search, what_ran  # noqa: F401 (the chapter's)
+from hpclab.search.strategies import EARLY_STOPPING, Searcher
+from hpclab.trial_record import TrialRecord, account_for_all, clock
 
-BACKENDS = ("sequential", "array", "submitit", "celery")
-WHERE = ("local", "slurm")
+__all__ = ["BACKENDS", "WHERE", "SearchConfig", "run_search", "three_ways", "what_ran"]
 
 
-@dataclass(frozen=True)
-class SearchConfig(Config):
-    backend: str = param("sequential", choices=BACKENDS, help="where trials run")
-    strategy: str = param("random", choices=STRATEGIES, help="grid, random or model-based (tpe)")
-    trials: int = param(16, min=1, max=1000, quick=4, help="trials (the search budget)")
-    workers: int = param(2, min=1, max=64, help="parallel workers (celery)")
-    where: str = param(
-        "local", choices=WHERE, help="celery workers on this node or in one Slurm job"
-    )
-    throttle: int = param(
-        2,
-        min=1,
-        max=64,
-        help="array tasks running at once, the K of --array=0-N%%K (array, submitit)",
-    )
-    per_task: int = param(1, min=1, max=1000, help="trials per array task (array, submitit)")
-    epochs: int = param(4, min=1, max=100, quick=1, help="epochs per trial")
-    seed: int = param(0, min=0, max=2**31 - 1, help="seed of the strategy and the trials")
-    samples: int = param(
-        0, min=0, max=100_000, quick=300, help="training samples per trial (0 = all 1348)"
-    )
-
-    def check(self) -> None:
-        if self.per_task > self.trials:
-            raise ConfigError(
-                f"per_task={self.per_task} exceeds trials={self.trials}; allowed: 1..{self.trials}"
-            )
-
-    @property
-    def slots(self) -> int:
-        """Trials that can run at once: what utilisation is measured against."""
-        return {"sequential": 1, "celery": self.workers}.get(self.backend, self.throttle)
-
-
-def _record(index: int, params: dict, out: dict, t_submit: float, t_end: float, t0: float) -> dict:
-    # started_at is the trial's wall clock: the submission's, on the same clock
-    t_submit_wall = time.time() - (time.perf_counter() - t_submit)
-    return {
-        "trial": index,
-        "params": params,
-        "val_loss": out["val_loss"],
-        "val_acc": out["val_acc"],
-        "epochs": out["epochs"],
-        "seconds": out["seconds"],
-        "overhead_s": max(0.0, (t_end - t_submit) - out["seconds"]),
-        "start_s": t_submit - t0,
-        "end_s": t_end - t0,
-        "worker": out["pid"],
-        "queue_s": max(0.0, out["started_at"] - t_submit_wall),
-        "startup_s": 0.0,
-        **fate_of(out),
-    }
-
-
-def _sequential(cfg: SearchConfig, searcher: Searcher, progress: Progress) -> list[dict]:
+def _sequential(cfg: SearchConfig, searcher: Searcher, progress: Progress) -> list[TrialRecord]:
+    """One trial after another in this process; with early stopping (asha, hyperband) each
+    reports every epoch to Optuna's pruner, which stops it at a rung (:mod:`hpclab.search.
+    early_stopping`)."""
     from hpclab.trial import run_trial
 
-    records, t0 = [], time.perf_counter()
+    study = None
+    if cfg.strategy in EARLY_STOPPING:
+        from hpclab.search.early_stopping import new_study, pruned_trial
+
+        study, _ = new_study(cfg)
+    records, t0 = [], clock()
     while batch := searcher.ask(1):
         index, params = batch[0]
         try:
             progress.update(len(records), cfg.trials, f"trial {index + 1}/{cfg.trials}")
         except Cancelled:  # before this trial began: it never ran
             raise SearchStopped("interrupted", "interrupted", records) from None
-        t_submit = time.perf_counter()
+        t_submit = clock()
+
+        def train(report=None, params=params) -> dict:
+            return run_trial(params, epochs=cfg.epochs, seed=cfg.seed, samples=cfg.samples,
+                             report=report)  # fmt: skip
+
         try:
-            out = run_trial(params, epochs=cfg.epochs, seed=cfg.seed, samples=cfg.samples)
+            out = pruned_trial(study, train) if study is not None else train()
         except (KeyboardInterrupt, Cancelled):
             why = "interrupted (Ctrl-C or Cancel) while it ran"
-            records.append(failed_record(index, params, why, t_submit, t0, time.perf_counter,
-                                         cause="interrupted"))  # fmt: skip
+            records.append(TrialRecord.failed(index, params, why, t_submit, t0, "interrupted"))
             raise SearchStopped("interrupted", "interrupted", records) from None
         searcher.tell(index, out["val_loss"])
-        records.append(_record(index, params, out, t_submit, time.perf_counter(), t0))
+        records.append(TrialRecord.from_output(index, params, out, t_submit, clock(), t0))
     return records
 
 
@@ -131,20 +83,19 @@ def run_search(cfg: SearchConfig, progress: Progress) -> Result:
 
     system_info()  # the result's fingerprint (torch, the clock), now: a stop then takes no time
     searcher = Searcher(cfg.strategy, cfg.trials, cfg.seed)
-    backend = {"sequential": _sequential, "celery": run_celery, "array": run_array}
-    backend["submitit"] = run_submitit
-    t0 = time.perf_counter()
+    backends: dict[str, Backend] = {"sequential": _sequential, "celery": run_celery,
+                                    "array": run_array, "submitit": run_submitit}  # fmt: skip
+    t0 = clock()
     stopped = None
     try:
-        records = backend[cfg.backend](cfg, searcher, progress)
+        trials = backends[cfg.backend](cfg, searcher, progress)
     except SearchStopped as stop:
-        records, stopped = stop.records, stop
-    wall = time.perf_counter() - t0
-    records = account_for_all(records, cfg.trials)
+        trials, stopped = stop.records, stop
+    wall = clock() - t0
+    records = account_for_all(trials, cfg.trials)
     best = math.inf
     busy = sum(r["seconds"] for r in records)
     for r in records:  # in trial order: the best loss found after this many trials
-        r.setdefault("retries", 0)
         if r["fate"] in ("finished", "stopped"):
             best = min(best, r["val_loss"])
         r.update(
@@ -169,28 +120,6 @@ def run_search(cfg: SearchConfig, progress: Progress) -> Result:
         )
     progress.update(cfg.trials, cfg.trials, "")
     return result
-
-
-def what_ran(result: Result) -> str:
-    """One measured line: the trials, how long one computed and what a fresh process cost (the
-    ratio the chapter's lesson is about)."""
-    import statistics
-
-    from hpclab.display import plural
-
-    recs = [r for r in result.records if r.get("fate", "finished") in ("finished", "stopped")]
-    if not recs:
-        return ""
-    cfg = result.config
-    line = (
-        f"{plural(len(recs), 'trial')} ({plural(cfg.get('epochs', 1), 'epoch')} on "
-        f"{cfg.get('samples') or 'all'} samples) on {recs[0]['backend']}: each computed "
-        f"{statistics.median(r['seconds'] for r in recs):.2f} s"
-    )
-    ups = [r["startup_s"] for r in recs if r.get("startup_s")]
-    if ups:
-        line += f", a fresh process took {statistics.median(ups):.2f} s to start"
-    return line
 
 
 def three_ways(

@@ -10,6 +10,7 @@ from typing import Any
 from hpclab.display import figure
 from hpclab.results import Result
 from hpclab.search.fates import fate_counts, summary
+from hpclab.trial_record import fate_line
 
 
 def _label(res: Result) -> str:
@@ -28,7 +29,7 @@ def backends_table(results: list[Result]) -> Any:
 
     import pandas as pd
 
-    from hpclab.search.search_experiment import SearchConfig
+    from hpclab.search.search_config import SearchConfig
 
     rows = []
     for res in results:
@@ -58,7 +59,7 @@ def _lanes(recs: list[dict]) -> dict[int, str]:
     """A lane per worker; for jobs (a fresh process per task) a lane per slot: each process
     takes the first lane free when it starts, so the lanes show how many ran at once."""
     recs = [r for r in recs if r["worker"] is not None]
-    if not any("began_s" in r for r in recs):
+    if not any(r["startup_s"] for r in recs):  # warm workers: a lane each
         workers = sorted({r["worker"] for r in recs}, key=str)
         return {r["trial"]: f"worker {workers.index(r['worker']) + 1}" for r in recs}
     free_at: list[float] = []
@@ -105,18 +106,16 @@ def plot_search(result: Result) -> Any:
         # Grey: waiting (queue, throttle or broker); orange: a fresh process starting (imports,
         # data, a first step); blue: the trial computing; light grey: until the notebook had
         # the result. A later trial of a task runs in its warm process: no queue, no start-up.
-        if "began_s" in r:
-            began = r["began_s"]
-            segments = [(began, r["seconds"], "#1f77b4", "computing"),
-                        (began + r["seconds"], r["end_s"] - began - r["seconds"], "#e5e5e5",
-                         "result back")]  # fmt: skip
-            if r["startup_s"]:
-                segments += [(r["start_s"], r["queue_s"], "#c7c7c7", "queue"),
-                             (began - r["startup_s"], r["startup_s"], "#ff7f0e", "start-up")]  # fmt: skip
+        # One clock for every backend (:mod:`hpclab.trial_record`): the same segments.
+        began = r["began_s"]
+        segments = [(began, r["seconds"], "#1f77b4", "computing"),
+                    (began + r["seconds"], r["end_s"] - began - r["seconds"], "#e5e5e5",
+                     "result back")]  # fmt: skip
+        if r["startup_s"]:
+            segments += [(r["start_s"], r["queue_s"], "#c7c7c7", "queue"),
+                         (began - r["startup_s"], r["startup_s"], "#ff7f0e", "start-up")]  # fmt: skip
         else:
-            computing_from = r["end_s"] - r["seconds"]
-            segments = [(r["start_s"], computing_from - r["start_s"], "#c7c7c7", "queue + dispatch"),
-                        (computing_from, r["seconds"], "#1f77b4", "computing")]  # fmt: skip
+            segments.append((r["start_s"], began - r["start_s"], "#c7c7c7", "queue + dispatch"))
         bars += [(r, *seg) for seg in segments if seg[1] > 0]
     # Waiting first, so that a task queued behind a running one does not hide its compute.
     for r, base, width, colour, what in sorted(bars, key=lambda b: b[3] != "#c7c7c7"):
@@ -131,8 +130,6 @@ def plot_search(result: Result) -> Any:
     fig.update_xaxes(title_text="trials", row=1, col=1)
     fig.update_yaxes(title_text="validation loss", type="log", row=1, col=1)
     fig.update_xaxes(title_text="seconds since the search started", row=1, col=2)
-    from hpclab.search.search_experiment import what_ran
-
     fig.update_layout(
         title=what_ran(result),
         height=400,
@@ -161,7 +158,30 @@ def _mark_fates(fig: Any, recs: list[dict]) -> None:
                 y=[r["val_loss"] if math.isfinite(r["val_loss"]) else floor for r in these],
                 mode="markers", marker={"symbol": symbol, "color": colour, "size": 9},
                 name=f"{fate} ({len(these)})",
-                hovertext=[f"trial {r['trial'] + 1}: {fate} {r.get('error') or ''}" for r in these],
+                hovertext=[f"trial {r['trial'] + 1}: {fate_line(r)} {r.get('error') or ''}"
+                           for r in these],  # fmt: skip
             ),
             row=1, col=1,
         )  # fmt: skip
+
+
+def what_ran(result: Result) -> str:
+    """One measured line: the trials, how long one computed and what a fresh process cost (the
+    ratio the chapter's lesson is about)."""
+    import statistics
+
+    from hpclab.display import plural
+
+    recs = [r for r in result.records if r.get("fate", "finished") in ("finished", "stopped")]
+    if not recs:
+        return ""
+    cfg = result.config
+    line = (
+        f"{plural(len(recs), 'trial')} ({plural(cfg.get('epochs', 1), 'epoch')} on "
+        f"{cfg.get('samples') or 'all'} samples) on {recs[0]['backend']}: each computed "
+        f"{statistics.median(r['seconds'] for r in recs):.2f} s"
+    )
+    ups = [r["startup_s"] for r in recs if r.get("startup_s")]
+    if ups:
+        line += f", a fresh process took {statistics.median(ups):.2f} s to start"
+    return line

@@ -43,14 +43,13 @@ from typing import Any
 from hpclab.config import Config, ConfigError, param
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
+from hpclab.search.served_model import MODEL_ENV, forget, predict
 
-MODEL_ENV = "HPCLAB_SERVE_MODEL"
 # Models of hpclab.train.MODELS a trial trains (flat digits), as in the search space.
 SERVABLE = ("tiny", "large")
 # The served model's training: a few epochs of SGD with momentum (~96 % on digits in 5 epochs).
 TRAINING = {"lr": 0.1, "momentum": 0.9, "batch_size": 32}
 TIMEOUT_S = 60.0  # no answer from the workers within this: an error, never a hang
-_MODELS: dict[str, Any] = {}  # path -> model, loaded once per process
 
 
 @dataclass(frozen=True)
@@ -76,37 +75,6 @@ class ServeConfig(Config):
                 f"requests={self.requests} is fewer than the largest batch {max(self.batches)}; "
                 f"allowed: requests >= every batch size"
             )
-
-
-def predict(rows: list[list[float]], path: str) -> list[int]:
-    """The classes of ``rows`` (``[b, features]`` as lists) by the model saved at ``path``: the
-    body of the task ``hpclab.predict`` and of the direct call alike."""
-    import torch
-
-    model = _MODELS[path] if path in _MODELS else _load(path)
-    with torch.inference_mode():
-        return model(torch.tensor(rows, dtype=torch.float32)).argmax(1).tolist()
-
-
-def _load(path: str) -> Any:
-    from hpclab.trial import load_model
-
-    _MODELS[path] = load_model(path)
-    return _MODELS[path]
-
-
-def register(app: Any) -> None:
-    """Add the task ``hpclab.predict`` to a Celery app; its workers load the model at start."""
-    from celery.signals import worker_init
-
-    worker_init.connect(_load_served_model, weak=False)
-    app.task(name="hpclab.predict", bind=False)(predict)
-
-
-def _load_served_model(**_: Any) -> None:
-    """A warm worker: the served model is loaded before the worker takes its first request."""
-    if os.environ.get(MODEL_ENV):
-        _load(os.environ[MODEL_ENV])
 
 
 @contextmanager
@@ -197,7 +165,7 @@ def run_serve(cfg: ServeConfig, progress: Progress) -> Result:
     from hpclab.dist.placement import torch_threads
     from hpclab.measure.timing import time_fn
     from hpclab.search.broker import celery_pool
-    from hpclab.search.tasks import app_for
+    from hpclab.search.celery_app import app_for
     from hpclab.trial import _split, run_trial
 
     batches = sorted(set(cfg.batches))
@@ -235,7 +203,7 @@ def run_serve(cfg: ServeConfig, progress: Progress) -> Result:
                     rec["broker_ms"] = echo.median_s * 1e3
                     records.append(rec)
     finally:
-        _MODELS.pop(path, None)
+        forget(path)
         shutil.rmtree(tmp, ignore_errors=True)
     accuracy = sum(p == y for p, y in zip(expected[batches[0]], labels, strict=True)) / len(labels)
     for r in records:

@@ -23,7 +23,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-STRATEGIES = ("grid", "random", "tpe")
+STRATEGIES = ("grid", "random", "tpe", "asha", "hyperband")
+# Random configurations, most stopped early (:mod:`hpclab.search.early_stopping`): the same
+# configurations as ``random`` at the same seed, so the two compare trial for trial.
+EARLY_STOPPING = ("asha", "hyperband")
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,7 @@ class Searcher:
                 params = next(self._grid, None)
                 if params is None:
                     break
-            elif self.strategy == "random":
+            elif self.strategy == "random" or self.strategy in EARLY_STOPPING:
                 params = {d.name: d.sample(self.rng) for d in self.space}
             else:
                 trial = self._study.ask()

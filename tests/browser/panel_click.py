@@ -35,6 +35,7 @@ CLICKS = {
 # new value)]; the panel is the first output holding a control with that label.
 MORE_CLICKS = {
     "06_data_parallel": [("lr rule", "linear")],  # section 8's time-to-accuracy view
+    "08_search_autotuning": [("eta", "2")],  # section 6's ASHA view
 }
 
 # The output holding the first panel: controls and a Run button.

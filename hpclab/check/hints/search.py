@@ -43,4 +43,16 @@ EXERCISES = (
             "smallest value.",
         ),
     ),
+    Exercise(
+        "sha_budget",
+        (("function", "sha_epochs(n, min_epochs, max_epochs, eta) returning a number"),),
+        (
+            "Successive halving trains everyone a little, then only the best a little more.",
+            "The rungs are at min_epochs, min_epochs x eta, min_epochs x eta^2, ... below "
+            "max_epochs, then max_epochs; after each rung max(1, alive // eta) trials go on, and "
+            "a promoted trial resumes from its checkpoint.",
+            "Loop over the rungs: add alive x (this rung's epochs - the previous rung's), then "
+            "alive = max(1, alive // eta).",
+        ),
+    ),
 )
