@@ -29,39 +29,39 @@ def _minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
+N, REPEAT = 16 * 2**20, 5
+PAGES = N // resource.getpagesize()
+
+
+def _faults_beside_warm(kind: str):
+    """(page faults of a warm copy, of a ``kind`` copy, the ``kind`` copy's (timing, note)), each
+    copy of ``N`` bytes timed ``REPEAT`` times on one thread."""
+    with torch_threads(1):
+        f0 = _minor_faults()
+        copies.host_copy(N, "warm", repeat=REPEAT)
+        f1 = _minor_faults()
+        out = copies.host_copy(N, kind, repeat=REPEAT)
+        f2 = _minor_faults()
+    return f1 - f0, f2 - f1, out
+
+
 def test_first_touch_pays_for_page_faults():
     """Counted, not timed: a first-touch copy faults every 4 KiB page of its destination in
     (the kernel zeroes each one), every time; a warm copy faults none while it is timed."""
-    n, repeat = 16 * 2**20, 5
-    pages = n // resource.getpagesize()
-    with torch_threads(1):
-        f0 = _minor_faults()
-        copies.host_copy(n, "warm", repeat=repeat)
-        f1 = _minor_faults()
-        copies.host_copy(n, "first-touch", repeat=repeat)
-        f2 = _minor_faults()
+    warm, fresh, _ = _faults_beside_warm("first-touch")
     # both fault their buffers in once before timing; first-touch also faults a whole fresh
-    # destination in on every call (2 untimed + ``repeat`` timed), warm on none
-    warm, fresh = f1 - f0, f2 - f1
-    assert fresh - warm >= repeat * pages * 0.9, (warm, fresh, pages)
+    # destination in on every call (2 untimed + ``REPEAT`` timed), warm on none
+    assert fresh - warm >= REPEAT * PAGES * 0.9, (warm, fresh, PAGES)
 
 
 def test_locked_buffer_copies_like_a_warm_one_or_says_why():
     """Counted, not timed: a locked (page-locked, "pinned") destination is faulted in once, before
     the clock starts, and faults no page while it is timed, as a warm one (a first-touch copy
     faults all of them on every call); where locking is refused, the note says why."""
-    n, repeat = 16 * 2**20, 5
-    pages = n // resource.getpagesize()
-    with torch_threads(1):
-        f0 = _minor_faults()
-        copies.host_copy(n, "warm", repeat=repeat)
-        f1 = _minor_faults()
-        timing, note = copies.host_copy(n, "locked", repeat=repeat)
-        f2 = _minor_faults()
+    warm, locked, (timing, note) = _faults_beside_warm("locked")
     assert note == "" or "RLIMIT_MEMLOCK" in note
-    warm, locked = f1 - f0, f2 - f1
-    assert locked - warm < 0.2 * repeat * pages, (warm, locked, pages)
-    assert len(timing.samples_s) == repeat
+    assert locked - warm < 0.2 * REPEAT * PAGES, (warm, locked, PAGES)
+    assert len(timing.samples_s) == REPEAT
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only path")
