@@ -18,7 +18,7 @@ from hpclab.compute.device import torch_threads
 from hpclab.progress import Progress
 from hpclab.search.broker import celery_pool
 from hpclab.search.celery_backend import run_celery
-from hpclab.search.search_experiment import SearchConfig, _sequential
+from hpclab.search.search_experiment import SearchConfig, run_sequential
 from hpclab.search.strategies import Searcher
 from hpclab.search.tasks import app_for
 
@@ -57,7 +57,7 @@ def main() -> int:
         # The same resources per trial on both sides: one thread (each worker has one).
         with torch_threads(1):
             t = time.perf_counter()
-            seq = _sequential(cfg, Searcher("random", TRIALS, 0), Progress())
+            seq = run_sequential(cfg, Searcher("random", TRIALS, 0), Progress())
             t_seq = time.perf_counter() - t
         cel = run_celery(cfg, Searcher("random", TRIALS, 0), Progress())
         t_cel = max(r.end_s for r in cel)  # from the first submission, pool start-up excluded

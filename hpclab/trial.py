@@ -33,7 +33,9 @@ DEFAULTS: dict[str, Any] = {
 VAL_FRACTION = 0.25
 
 
-def _split(seed: int):
+def digits_split(seed: int):
+    """The digits' training and validation tensors (x, y, x_val, y_val): one fixed split for
+    every trial, worker and served model (``seed`` does not change it)."""
     import torch
 
     from hpclab.train import digits
@@ -91,7 +93,7 @@ def _train(params, epochs, seed, report, samples, save_to, checkpoint) -> dict[s
     p = {**DEFAULTS, **params}
     started_at = time.time()  # wall clock: comparable across processes on synchronised nodes
     t0 = time.perf_counter()
-    xt, yt, xv, yv = _split(seed)
+    xt, yt, xv, yv = digits_split(seed)
     if samples:
         xt, yt = xt[:samples], yt[:samples]
     model = make_model(p["model"], in_features=xt.shape[1], seed=seed)

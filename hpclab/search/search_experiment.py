@@ -38,7 +38,7 @@ from hpclab.trial_record import TrialRecord, account_for_all, clock
 __all__ = ["BACKENDS", "WHERE", "SearchConfig", "run_search", "three_ways", "what_ran"]
 
 
-def _sequential(cfg: SearchConfig, searcher: Searcher, progress: Progress) -> list[TrialRecord]:
+def run_sequential(cfg: SearchConfig, searcher: Searcher, progress: Progress) -> list[TrialRecord]:
     """One trial after another in this process; with early stopping (asha, hyperband) each
     reports every epoch to Optuna's pruner, which stops it at a rung (:mod:`hpclab.search.
     early_stopping`)."""
@@ -83,7 +83,7 @@ def run_search(cfg: SearchConfig, progress: Progress) -> Result:
 
     system_info()  # the result's fingerprint (torch, the clock), now: a stop then takes no time
     searcher = Searcher(cfg.strategy, cfg.trials, cfg.seed)
-    backends: dict[str, Backend] = {"sequential": _sequential, "celery": run_celery,
+    backends: dict[str, Backend] = {"sequential": run_sequential, "celery": run_celery,
                                     "array": run_array, "submitit": run_submitit}  # fmt: skip
     t0 = clock()
     stopped = None

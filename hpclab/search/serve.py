@@ -166,7 +166,7 @@ def run_serve(cfg: ServeConfig, progress: Progress) -> Result:
     from hpclab.measure.timing import time_fn
     from hpclab.search.broker import celery_pool
     from hpclab.search.celery_app import app_for
-    from hpclab.trial import _split, run_trial
+    from hpclab.trial import digits_split, run_trial
 
     batches = sorted(set(cfg.batches))
     tmp = tempfile.mkdtemp(prefix="hpclab-serve-")
@@ -175,7 +175,7 @@ def run_serve(cfg: ServeConfig, progress: Progress) -> Result:
         with torch_threads(1):  # one thread per model call, as each worker has
             progress.update(0, 1 + 2 * len(batches), "training the served model")
             trained = run_trial({"model": cfg.model, **TRAINING}, cfg.epochs, save_to=path)
-            _, _, xv, yv = _split(0)
+            _, _, xv, yv = digits_split(0)
             rows = [xv[i % len(xv)].tolist() for i in range(cfg.requests)]  # unseen digits
             labels = [int(yv[i % len(yv)]) for i in range(cfg.requests)]
             records, expected = [], {}

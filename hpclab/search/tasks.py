@@ -20,9 +20,9 @@ __all__ = ["app", "app_for"]
 def _warm_up(**_: Any) -> None:
     """A warm worker: torch, scikit-learn and the data split are loaded before it takes a task,
     which is what a pool buys over a job per trial (a job pays this start-up every time)."""
-    from hpclab.trial import _split
+    from hpclab.trial import digits_split
 
-    _split(0)
+    digits_split(0)
 
 
 # The worker's app (celery -A hpclab.search.tasks): only when a broker is configured.
