@@ -238,11 +238,22 @@ def readable_layout(fig: Any) -> Any:
         fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0})
     if n_x > 1:
         fig.update_annotations(font_size=12)  # subplot titles
-        fig.update_xaxes(nticks=6, automargin=True)
+        # at most 6 ticks on a numeric axis of a narrow subplot; a category axis keeps every
+        # label (nticks there would hide every other category's name)
+        named = {getattr(t, "xaxis", None) or "x" for t in fig.data if _has_categories(t)}
+        for key in [k for k in layout.to_plotly_json() if k.startswith("xaxis")]:
+            ref = "x" + key[len("xaxis") :]
+            fig.layout[key].update(automargin=True, **({} if ref in named else {"nticks": 6}))
         fig.update_yaxes(automargin=True)
     if not layout.height:
         fig.update_layout(height=440)
     return readable_log_axes(fig)
+
+
+def _has_categories(trace: Any) -> bool:
+    """True when the trace's x values are names (a category axis), not numbers."""
+    xs = getattr(trace, "x", None)
+    return xs is not None and len(xs) > 0 and isinstance(xs[0], str)
 
 
 def note_on(fig: Any, text: str) -> Any:

@@ -223,3 +223,17 @@ def test_a_live_child_working_for_the_run_counts_as_ours():
     share = res.env["cpu_share"]
     assert child_cpu_s[0] > 0
     assert share["own_cores"] * share["wall_s"] >= child_cpu_s[0] * 0.999
+
+
+def test_a_category_axis_of_a_subplot_keeps_every_label():
+    """A narrow subplot's numeric axis gets at most 6 ticks; a category axis keeps every name
+    (with nticks, every other fix of chapter 03's waterfall lost its label)."""
+    from plotly.subplots import make_subplots
+
+    from hpclab.display import readable_layout
+
+    fig = make_subplots(rows=1, cols=2)
+    fig.add_bar(x=[f"fix {i}" for i in range(8)], y=list(range(8)), row=1, col=1)
+    fig.add_scatter(x=list(range(100)), y=list(range(100)), row=1, col=2)
+    readable_layout(fig)
+    assert fig.layout.xaxis.nticks is None and fig.layout.xaxis2.nticks == 6

@@ -51,12 +51,20 @@ class Timing:
         return statistics.stdev(self.samples_s) if len(self.samples_s) > 1 else 0.0
 
     @property
+    def quartiles_s(self) -> tuple[float, float]:
+        """(first, third) quartile: the middle half of the samples lies between them (the
+        extremes with fewer than 4 samples). Error bars from the median to these are honest on
+        a skewed spread, where median +- IQR can reach below zero."""
+        if len(self.samples_s) < 4:
+            return self.min_s, self.max_s
+        q = statistics.quantiles(self.samples_s, n=4)
+        return q[0], q[2]
+
+    @property
     def iqr_s(self) -> float:
         """Inter-quartile range: the middle half of the samples lies within it."""
-        if len(self.samples_s) < 4:
-            return self.max_s - self.min_s
-        q = statistics.quantiles(self.samples_s, n=4)
-        return q[2] - q[0]
+        q1, q3 = self.quartiles_s
+        return q3 - q1
 
     @property
     def spread(self) -> float:

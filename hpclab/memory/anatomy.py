@@ -115,7 +115,7 @@ def plot_anatomy(result: Result):
     fig.update_layout(
         barmode="stack", yaxis_title="MiB", height=420,
         title=f"One training step's memory: {cfg['depth']} layers, batch {cfg['batch_size']}, "
-        f"{cfg['optimizer']}, {cfg['dtype']} (bars measured; the peak is more than the parts "
-        "alive at the end: gradients in flight)",
+        f"{cfg['optimizer']}, {cfg['dtype']}<br><sup>bars measured; the peak is more than the "
+        "parts alive at the end of the step (gradients in flight)</sup>",
     )  # fmt: skip
     return fig

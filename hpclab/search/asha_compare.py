@@ -122,8 +122,10 @@ def plot_asha(result: Result) -> Any:
         fig.add_trace(
             go.Scatter(
                 x=list(range(1, len(ys) + 1)), y=ys, mode="lines+markers", showlegend=False,
-                line={"color": "#bbbbbb" if stopped else "#d62728", "width": 1 if stopped else 2},
-                marker={"size": 4, "symbol": ["circle"] * (len(ys) - 1) + ["x" if stopped else "star"]},
+                line={"color": "#999999" if stopped else "#d62728", "width": 1 if stopped else 2},
+                # where a trial ends is the point: a stopped trial may be one epoch, one marker
+                marker={"size": [5] * (len(ys) - 1) + [10],
+                        "symbol": ["circle"] * (len(ys) - 1) + ["x" if stopped else "star"]},
                 hovertext=f"trial {r['trial'] + 1}: {'stopped' if stopped else 'finished'} "
                           f"at epoch {r['epochs']}, loss {r['val_loss']:.3f}",
             ),
@@ -141,7 +143,7 @@ def plot_asha(result: Result) -> Any:
             ),
             row=1, col=2,
         )  # fmt: skip
-    fig.update_xaxes(title_text="epoch", row=1, col=1)
+    fig.update_xaxes(title_text="epoch", dtick=1, row=1, col=1)
     fig.update_yaxes(title_text="validation loss", type="log", row=1, col=1)
     fig.update_xaxes(title_text="training epochs, all trials of a search", row=1, col=2)
     fig.update_yaxes(title_text="best validation loss", row=1, col=2)

@@ -242,6 +242,10 @@ def plot_state_vs_ranks(results: list[Result]):
         fig.add_scatter(x=x, y=[r["model_state_bytes"] / 2**20 for r in mine], mode="lines",
                         line={"dash": "dot"}, name=f"{strategy} (model)")  # fmt: skip
     fig.update_xaxes(title="ranks", type="log", dtick=DOUBLING)
-    fig.update_yaxes(title="MiB per rank (parameters + gradients + Adam)", type="log")
-    fig.update_layout(title="Sharded state shrinks as 1/N; DDP's does not", height=400)
+    fig.update_yaxes(title="state per rank (MiB)", type="log")
+    fig.update_layout(
+        title="Sharded state shrinks as 1/N; DDP's does not<br><sup>state: parameters, "
+        "gradients and Adam's two moments held by one rank between steps</sup>",
+        height=420,
+    )
     return fig

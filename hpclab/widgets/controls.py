@@ -123,7 +123,7 @@ def make_control(field: dict[str, Any], value: Any) -> Any:
         # counts over three decades (samples 10..2M): a log slider, read back as an int
         ctl = w.FloatLogSlider(
             value=value, base=10, min=math.log10(lo), max=math.log10(hi), step=0.05,
-            readout_format=".3s", continuous_update=False, **common,
+            readout_format=".3~s", continuous_update=False, **common,
         )  # fmt: skip
     elif isinstance(value, int) and lo is not None and hi is not None:
         ctl = w.IntSlider(value=value, min=int(lo), max=int(hi), continuous_update=False, **common)
