@@ -120,10 +120,11 @@ def make_control(field: dict[str, Any], value: Any) -> Any:
     elif isinstance(value, float) and auto and hi is not None:
         ctl = AutoRate(field, value, label, auto)
     elif isinstance(value, int) and _log_range(field):
-        # counts over three decades (samples 10..2M): a log slider, read back as an int
+        # counts over three decades (samples 10..2M): a log slider, read back as an int and
+        # shown as one (32, 1,024, 2,000,000; ".3s" showed 32.0)
         ctl = w.FloatLogSlider(
             value=value, base=10, min=math.log10(lo), max=math.log10(hi), step=0.05,
-            readout_format=".3~s", continuous_update=False, **common,
+            readout_format=",.0f", continuous_update=False, **common,
         )  # fmt: skip
     elif isinstance(value, int) and lo is not None and hi is not None:
         ctl = w.IntSlider(value=value, min=int(lo), max=int(hi), continuous_update=False, **common)
