@@ -188,6 +188,23 @@ def shows_plan(p, gpus):
     assert len(traces(p, name="capacity")[0].x) == 4  # one bar per ZeRO stage
 
 
+def shows_compile(p, batch):
+    res = p.results[-1]
+    live = [r for r in res.records if r["tier"] == "live"]
+    assert res.config["batch_size"] == batch and {r["mode"] for r in live} == {"eager", "default"}
+    for r in live:  # each mode's throughput is this batch over its own step time
+        assert r["samples_per_s"] == pytest.approx(batch / r["step_s"])
+    step = traces(p, name="step (ms), bars to the quartiles")[0]
+    assert list(step.y) == pytest.approx([1e3 * r["step_s"] for r in live])
+
+
+def shows_knobs(p, epochs):
+    assert p.results[-1].config["epochs"] == epochs
+    for persistent in (False, True):
+        (line,) = traces(p, name=f"persistent_workers={persistent}")
+        assert list(line.x) == list(range(1, epochs + 1))  # one first batch per epoch
+
+
 CASES = {
     "hardware": Case(
         lambda: panel("hardware", fields=("cores", "probe_size"), live=True, run_now=False),
@@ -205,6 +222,17 @@ CASES = {
                       fixed={"references": False}, accumulate=True, run_now=False),
         "batch_size", ("4", "8", "12", "16"), shows_x("batch_size"),
         setting(batch_size=""), cheap={"threads": "1", "model": "tiny"},
+    ),
+    "compile": Case(
+        lambda: panel("compile", fields=("batch_size", "steps", "graph_break", "model"),
+                      run_now=False),
+        "batch_size", (16, 8, 24, 32), shows_compile, beyond_max("steps"), cheap={"steps": 2},
+    ),
+    "loader-knobs": Case(
+        lambda: panel("loader-knobs", fields=("epochs", "workers", "prefetch_factor",
+                      "open_latency_ms"), run_now=False),
+        "epochs", (3, 2, 4, 3), shows_knobs, setting(prefetch_factor="1,x"),
+        cheap={"workers": 1, "prefetch_factor": "2"},
     ),
     "lanes": Case(
         lambda: panel("lanes", fields=("gen", "width", "gpus", "cpu_lanes", "sockets",

@@ -34,6 +34,8 @@ CLICKS = {
 # Panels after the first, pressed too: notebook -> [(a control label only that panel has, the
 # new value)]; the panel is the first output holding a control with that label.
 MORE_CLICKS = {
+    "03_profiling": [("batch size", "32")],  # section 8's torch.compile panel
+    "04_storage": [("epochs", "4")],  # section 3's loader knobs
     "06_data_parallel": [("lr rule", "linear")],  # section 8's time-to-accuracy view
     "08_search_autotuning": [("eta", "2")],  # section 6's ASHA view
 }
