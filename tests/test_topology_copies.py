@@ -56,11 +56,13 @@ def test_first_touch_pays_for_page_faults():
 
 def test_locked_buffer_copies_like_a_warm_one_or_says_why():
     """Counted, not timed: a locked (page-locked, "pinned") destination is faulted in once, before
-    the clock starts, and faults no page while it is timed, as a warm one (a first-touch copy
-    faults all of them on every call); where locking is refused, the note says why."""
+    the clock starts, and never again, as a warm one (a first-touch copy faults all of its pages
+    on every call); where locking is refused, the note says why. The one fault-in may or may not
+    show beside the warm copy's (a warm buffer can reuse memory the allocator already holds):
+    at most one buffer's pages, never one per call."""
     warm, locked, (timing, note) = _faults_beside_warm("locked")
     assert note == "" or "RLIMIT_MEMLOCK" in note
-    assert locked - warm < 0.2 * REPEAT * PAGES, (warm, locked, PAGES)
+    assert locked - warm < 2 * PAGES < 0.9 * REPEAT * PAGES, (warm, locked, PAGES)
     assert len(timing.samples_s) == REPEAT
 
 
