@@ -8,25 +8,22 @@
 2. ``pipeline`` on 2 stages (GPipe) with m = 2, 4, 8 and 16 micro-batches: the measured idle
    fraction per rank (mean over ranks) of the least disturbed (fastest) step, since load from
    other processes only ever adds idle time, beside two models: the one the chapter teaches,
-   (p-1)/(m+p-1), and an extended one that adds what it leaves out
-   (:func:`hpclab.parallel.pipeline.bubble_model_with_comm`): the slowest stage paces the
-   pipeline (the last one also computes the loss), and a stage cannot compute while it receives
-   a micro-batch's activations or gradients: every micro-batch pays its send/recv.
-   The send/recv time is measured in the same step whose bubble is measured
-   (:func:`hpclab.parallel.pipeline.handover_seconds`: from a pass ending on one rank to the
-   pass it feeds starting on the next, for the hand-overs whose receiver was waiting; their
-   mean, as the model pays one per hand-over and a slow one is paid in full). On a shared
-   machine a hand-over costs a scheduler wake-up that comes and goes with the load, so a
-   ping-pong timed a few seconds earlier (printed beside it, half the median round trip of the
-   same tensor) can be off by several times; the step's own hand-overs cannot. Goals: the measured bubble within 25 % of the extended model at every m; and the
-   trend over m: every two m whose extended-model bubbles differ by more than that 25 % are
-   ordered the same way by the measurement. With cheap hand-overs the model falls with m (the
-   chapter's lesson); with dear ones it rises again at large m (m hand-overs per step), and the
-   measurement must follow either way. 1F1B at m = 8 and the simple model's ratio are reported.
-   The load average is printed before and after. Still open: at load average 10-17 on 2 cores
-   (2026-11-26, five runs) the bubble goal failed every time (worst measured/extended 1.4-1.7,
-   at m = 8 or 16): with more runnable processes than cores a rank also waits for a core
-   between its passes, which neither model nor the hand-overs count. No quiet run was possible.
+   (p-1)/(m+p-1), and an extended one (:func:`hpclab.parallel.pipeline.extended_bubble`): the
+   same schedule simulated with what (p-1)/(m+p-1) leaves out, read from the measured step
+   (:func:`hpclab.parallel.pipeline.measured_costs`): each stage's own forward and backward
+   times (the last one also computes the loss), the hand-over every received micro-batch costs
+   its receiver (transfer and wake-up if it waited, the receive copy if the message was already
+   there) and the gap a rank leaves to post a send. The simulation then says where waiting
+   arises: the bubble is predicted, not read off. A closed form, (m-1) x the slowest stage's
+   time per micro-batch + the fill, missed by up to 1.5x at m = 16 (five runs, 2026-11-26):
+   GPipe runs all forwards and then all backwards, and each phase is paced by its own slowest
+   stage. A ping-pong of the same tensor, timed before, is printed beside (half the median
+   round trip): the step's hand-overs cost more (a receiver's wake-up, a copy while computing).
+   Goals: the measured bubble within 25 % of the extended model at every m; and the trend over
+   m: every two m whose extended-model bubbles differ by more than that 25 % are ordered the
+   same way by the measurement. 1F1B at m = 8 (with its extended model) and the simple model's
+   ratio are reported. The load average is printed before and after: with more runnable
+   processes than cores a rank also waits for a core between its passes, which no model counts.
 
 Usage: python benchmarks/model_parallel.py   (no arguments, about 2 minutes on 2 cores)
 """
@@ -110,7 +107,7 @@ def main() -> int:
     from hpclab import experiments
     from hpclab.dist import launch
     from hpclab.measure.sysinfo import usable_cores
-    from hpclab.parallel.pipeline import bubble_model_with_comm, handover_seconds
+    from hpclab.parallel.pipeline import extended_bubble, measured_costs
 
     load = os.getloadavg()[0]
     print(f"load average {load:.1f} on {usable_cores()} usable core(s) before the runs")
@@ -137,32 +134,32 @@ def main() -> int:
     for (m, res), shape, c_pp in zip(pipes.items(), shapes, msg, strict=True):
         sched = {r["schedule"]: r for r in res.records if r["kind"] == "schedule"}
         g = sched["gpipe"]
-        busy = busy_per_rank(res, "gpipe")
-        hand = handover_seconds(timeline(res, "gpipe"), step_starts(res, "gpipe"))
-        # the model pays c once per hand-over: their mean is what the step paid in all
-        c = statistics.fmean(hand) if hand else c_pp
-        ext = bubble_model_with_comm(m, busy, c)
+        costs = measured_costs(timeline(res, "gpipe"), step_starts(res, "gpipe"))
+        ext = extended_bubble("gpipe", m, costs)
         measured.append(g["bubble_fastest_step"])
         extended.append(ext)
         deviations.append(abs(g["bubble_fastest_step"] / ext - 1))
         print(
             f"  m={m:>2}: bubble {g['bubble_fastest_step']:.3f} (median step "
             f"{g['bubble_measured']:.3f}) | model (p-1)/(m+p-1) {g['bubble_model']:.3f} | "
-            f"extended {ext:.3f} (stages {' / '.join(f'{b * 1e3:.1f}' for b in busy)} ms busy; "
-            f"send/recv of {shape[0]}x{shape[1]} fp32 {c * 1e3:.2f} ms, mean of {len(hand)} "
-            f"hand-overs in the step (median {statistics.median(hand or [c]) * 1e3:.2f}); "
-            f"ping-pong {c_pp * 1e3:.2f} ms, extended with it "
-            f"{bubble_model_with_comm(m, busy, c_pp):.3f}) | measured/extended "
+            f"extended {ext:.3f} (F {' / '.join(f'{x * 1e3:.2f}' for x in costs.forward_s)} ms, "
+            f"B {' / '.join(f'{x * 1e3:.2f}' for x in costs.backward_s)} ms per pass; hand-over "
+            f"of {shape[0]}x{shape[1]} fp32 {costs.message_s * 1e3:.2f} ms, ping-pong "
+            f"{c_pp * 1e3:.2f} ms; send gap "
+            f"{' / '.join(f'{x * 1e3:.2f}' for x in costs.send_s)} ms) | measured/extended "
             f"{g['bubble_fastest_step'] / ext:.3f}, measured/simple "
             f"{g['bubble_fastest_step'] / g['bubble_model']:.3f}"
         )
         if "1f1b" in sched:
             o = sched["1f1b"]
+            o_ext = extended_bubble(
+                "1f1b", m, measured_costs(timeline(res, "1f1b"), step_starts(res, "1f1b"))
+            )
             print(
-                f"  m={m:>2} 1F1B: bubble {o['bubble_fastest_step']:.3f}, activations peak "
-                f"{o['activation_peak_bytes'] / 2**20:.1f} MiB ({o['max_in_flight']} "
-                f"micro-batches) vs GPipe {g['activation_peak_bytes'] / 2**20:.1f} MiB "
-                f"({g['max_in_flight']})"
+                f"  m={m:>2} 1F1B: bubble {o['bubble_fastest_step']:.3f}, extended {o_ext:.3f}; "
+                f"activations peak {o['activation_peak_bytes'] / 2**20:.1f} MiB "
+                f"({o['max_in_flight']} micro-batches) vs GPipe "
+                f"{g['activation_peak_bytes'] / 2**20:.1f} MiB ({g['max_in_flight']})"
             )
     breaks = trend_breaks(measured, extended, GOAL_EXT)
     print(

@@ -9,7 +9,9 @@ from hpclab.config import ConfigError
 from hpclab.parallel.pipeline import (
     SCHEDULES,
     bubble_model,
-    handover_seconds,
+    PassCosts,
+    extended_bubble,
+    measured_costs,
     idle_fractions,
     schedule,
     simulate,
@@ -34,18 +36,39 @@ def test_schedules_are_complete_ordered_and_give_the_model_bubble(kind, p, m):
         assert idle == pytest.approx([bubble_model(p, eff_m)] * p)
 
 
-def test_handovers_are_read_on_one_clock_and_only_where_the_receiver_waited():
-    # GPipe, 2 stages, m = 2, passes of 1 s, every message 0.1 s; rank 1's step started 0.05 s
-    # after rank 0's (its times count from there). F1 reaches rank 1 while it still runs F0 and
-    # B1 reaches rank 0 while it still runs B0: those two show no hand-over.
-    rank0 = [("F", 0, 0.0, 1.0), ("F", 1, 1.0, 2.0), ("B", 0, 4.2, 5.2), ("B", 1, 5.2, 6.2)]
-    rank1 = [("F", 0, 1.05, 2.05), ("F", 1, 2.05, 3.05), ("B", 0, 3.05, 4.05), ("B", 1, 4.05, 5.05)]
-    got = handover_seconds([rank0, rank1], [10.0, 10.05])
-    assert got == pytest.approx([0.1, 0.1])
-    # free messages, equal stages: the simulated hand-overs all take no time
+def test_costs_are_read_on_one_clock_from_every_hand_over():
+    # GPipe, 2 stages, m = 2, passes of 1 s; rank 1's step started 0.05 s after rank 0's (its
+    # times count from there). Rank 0 leaves 0.3 s after F0 to post its send. F0 reaches a
+    # waiting rank 1 after 0.1 s; F1 arrives 0.2 s after rank 1 is free and costs it 0.1 s; B0
+    # reaches rank 0 0.15 s after it ends; B1 arrives while rank 0 still runs B0 and costs it
+    # 0.1 s (its receive copy) once B0 ends.
+    rank0 = [("F", 0, 0.0, 1.0), ("F", 1, 1.3, 2.3), ("B", 0, 4.55, 5.55), ("B", 1, 5.65, 6.65)]
+    rank1 = [("F", 0, 1.05, 2.05), ("F", 1, 2.35, 3.35), ("B", 0, 3.35, 4.35), ("B", 1, 4.4, 5.4)]
+    got = measured_costs([rank0, rank1], [10.0, 10.05])
+    assert got.message_s == pytest.approx((0.1 + 0.1 + 0.15 + 0.1) / 4)
+    assert got.send_s == pytest.approx([0.3, (0.0 + 0.05) / 2])
+    assert got.forward_s == pytest.approx([1.0, 1.0]) and got.backward_s == pytest.approx(
+        [1.0, 1.0]
+    )
+    # free messages, equal stages: a simulated step gives back its own costs
     sim = simulate("gpipe", 3, 4, 1.0, 2.0)
-    free = handover_seconds(sim, [0.0] * 3)
-    assert len(free) >= 4 and free == pytest.approx([0.0] * len(free))
+    back = measured_costs(sim, [0.0] * 3)
+    assert back == PassCosts([1.0] * 3, [2.0] * 3, [0.0] * 3, 0.0)
+
+
+@pytest.mark.parametrize("kind", ["gpipe", "1f1b"])
+def test_extended_model_adds_what_the_simple_one_leaves_out(kind):
+    p, m = 2, 8
+    free = PassCosts([1.0] * p, [2.0] * p, [0.0] * p, 0.0)
+    assert extended_bubble(kind, m, free) == pytest.approx(bubble_model(p, m))
+    # dear hand-overs: every received micro-batch makes its receiver wait, so the bubble grows
+    dear = PassCosts([1.0] * p, [2.0] * p, [0.0] * p, 0.5)
+    assert extended_bubble(kind, m, dear) > bubble_model(p, m) + 0.05
+    # a slow second stage paces the forwards, a slow first one the backwards: both idle more
+    # than with the slow stage in one phase only, which a single "slowest stage" misses
+    split = PassCosts([1.0, 1.5], [3.0, 2.0], [0.0] * p, 0.0)
+    one = PassCosts([1.0, 1.5], [2.0, 3.0], [0.0] * p, 0.0)
+    assert extended_bubble("gpipe", m, split) > extended_bubble("gpipe", m, one)
 
 
 def test_1f1b_keeps_fewer_micro_batches_in_flight_than_gpipe():

@@ -38,24 +38,6 @@ def bubble_model(stages: int, micro_batches: int) -> float:
     return (stages - 1) / (micro_batches + stages - 1)
 
 
-def bubble_model_with_comm(micro_batches: int, busy_s: list[float], message_s: float) -> float:
-    """The bubble with what (p-1)/(m+p-1) leaves out: unequal stages and the hand-overs.
-
-    ``busy_s``: each rank's compute seconds in one step (m forwards and backwards);
-    ``message_s``: one stage-to-stage send/recv of a micro-batch's activations (or gradients).
-    A stage cannot compute while it receives, so per micro-batch stage r takes
-    u_r = busy_s[r] / m + k_r message_s, k_r the messages it receives per micro-batch
-    (activations from r-1, gradients from r+1: 1 at either end, 2 inside). The slowest stage
-    paces the m micro-batches and the others' one each fills and drains the pipeline:
-    T = (m-1) max u_r + sum u_r. Rank r computes busy_s[r] of it and is idle the rest; the mean
-    idle fraction over ranks is returned. Equal stages and free messages give (p-1)/(m+p-1).
-    """
-    p, m = len(busy_s), micro_batches
-    u = [b / m + ((r > 0) + (r < p - 1)) * message_s for r, b in enumerate(busy_s)]
-    span = (m - 1) * max(u) + sum(u)
-    return sum(1 - b / span for b in busy_s) / p
-
-
 def split_stages(model: nn.Sequential, stages: int) -> list[nn.Sequential]:
     """Cut ``model`` into ``stages`` consecutive parts with about equal numbers of layers
     (a layer = a module with parameters plus the parameter-free modules after it)."""
@@ -86,12 +68,35 @@ def schedule(kind: str, rank: int, stages: int, micro_batches: int) -> list[tupl
     return ops
 
 
+@dataclass
+class PassCosts:
+    """What the measured passes cost, per rank: the mean forward and backward pass, the gap a
+    rank leaves after a pass before one that needs no input (posting the send of the pass
+    before), and the mean hand-over a receiver pays (:func:`measured_costs`)."""
+
+    forward_s: list[float]
+    backward_s: list[float]
+    send_s: list[float]
+    message_s: float
+
+
 def simulate(
-    kind: str, stages: int, micro_batches: int, forward_s: float = 1.0, backward_s: float = 2.0
+    kind: str,
+    stages: int,
+    micro_batches: int,
+    forward_s: float = 1.0,
+    backward_s: float = 2.0,
+    *,
+    costs: PassCosts | None = None,
 ) -> list[list[tuple[str, int, float, float]]]:
-    """The timeline a schedule gives with equal stages and free messages (the *model* tier):
-    per rank, ``(pass, micro-batch, start, end)``. A pass starts when its rank is free and its
-    input is there: F(i) needs F(i) of the rank before, B(i) needs B(i) of the rank after."""
+    """The timeline a schedule gives (the *model* tier): per rank, ``(pass, micro-batch,
+    start, end)``. A pass starts when its rank is free and its input is there: F(i) needs F(i)
+    of the rank before, B(i) needs B(i) of the rank after. Without ``costs``: equal stages of
+    ``forward_s``/``backward_s`` and free messages. With ``costs`` (the extended model): each
+    rank's own pass times, every hand-over paid by its receiver (``message_s`` after the later
+    of "free" and "input sent") and ``send_s`` before a pass that needs no input."""
+    if costs is None:
+        costs = PassCosts([forward_s] * stages, [backward_s] * stages, [0.0] * stages, 0.0)
     done: dict[tuple[str, int, int], float] = {}
     queues = [schedule(kind, r, stages, micro_batches) for r in range(stages)]
     clock, out = [0.0] * stages, [[] for _ in range(stages)]
@@ -101,16 +106,28 @@ def simulate(
             while queues[r]:
                 op, i = queues[r][0]
                 dep = ("F", i, r - 1) if op == "F" else ("B", i, r + 1)
-                if 0 <= dep[2] < stages and dep not in done:
-                    break  # waits for the neighbour
-                start = max(clock[r], done.get(dep, 0.0))
-                clock[r] = done[(op, i, r)] = start + (forward_s if op == "F" else backward_s)
+                if 0 <= dep[2] < stages:
+                    if dep not in done:
+                        break  # waits for the neighbour
+                    start = max(clock[r], done[dep]) + costs.message_s
+                else:
+                    start = clock[r] + (costs.send_s[r] if out[r] else 0.0)
+                took = (costs.forward_s if op == "F" else costs.backward_s)[r]
+                clock[r] = done[(op, i, r)] = start + took
                 out[r].append((op, i, start, clock[r]))
                 queues[r].pop(0)
                 progressed = True
         if not progressed:
             raise RuntimeError(f"schedule {kind!r} deadlocks with {stages} stages")
     return out
+
+
+def extended_bubble(kind: str, micro_batches: int, costs: PassCosts) -> float:
+    """The mean idle fraction the extended model gives: :func:`simulate` with ``costs``.
+    Equal stages and free messages give (p-1)/(m+p-1)."""
+    return float(
+        np.mean(idle_fractions(simulate(kind, len(costs.forward_s), micro_batches, costs=costs)))
+    )
 
 
 def idle_fractions(timeline: list[list[tuple[str, int, float, float]]]) -> list[float]:
@@ -120,33 +137,41 @@ def idle_fractions(timeline: list[list[tuple[str, int, float, float]]]) -> list[
     return [1.0 - sum(e[3] - e[2] for e in events) / span for events in timeline]
 
 
-def handover_seconds(
+def measured_costs(
     timeline: list[list[tuple[str, int, float, float]]], starts: list[float]
-) -> list[float]:
-    """The stage-to-stage hand-overs seen in one measured step: per message whose receiver was
-    already free and waiting for it, the time from the sender's pass ending to the receiver's
-    pass starting (send, transfer, receive and the receiver's wake-up). ``starts``: each rank's
-    step start on a clock common to all ranks (``StepLog.t0_s``; one node's ``perf_counter``),
-    to which its events' times are added. A message that arrived while its receiver was still
-    busy shows no hand-over and is not counted."""
-    ev = [
-        {(op, i): (t0 + a, t0 + b) for op, i, a, b in events}
+) -> PassCosts:
+    """The extended model's inputs, read from one measured step. ``starts``: each rank's step
+    start on a clock common to all ranks (``StepLog.t0_s``; one node's ``perf_counter``), to
+    which its events' times are added. A hand-over is what the receiver paid from the moment
+    it could have started (free, and the input's pass ended on its sender) to its start:
+    transfer and wake-up if it waited, the receive copy if the message was already there; the
+    model pays their mean on every one. ``send_s``: the mean gap before each pass that needs no
+    input (not the step's first)."""
+    p = len(timeline)
+    ends = [
+        {(op, i): t0 + b for op, i, _, b in events}
         for events, t0 in zip(timeline, starts, strict=True)
     ]
-    free = [  # when each rank finished the pass before each of its passes
-        {(op, i): (t0 + events[k - 1][3] if k else t0) for k, (op, i, _, _) in enumerate(events)}
-        for events, t0 in zip(timeline, starts, strict=True)
-    ]
-    out = []
-    for r in range(len(timeline)):
-        for (op, i), (start, _) in ev[r].items():
+    hand: list[float] = []
+    gaps: list[list[float]] = [[] for _ in range(p)]
+    for r, (events, t0) in enumerate(zip(timeline, starts, strict=True)):
+        for k, (op, i, a, _) in enumerate(events):
+            free = events[k - 1][3] if k else 0.0
             src = r - 1 if op == "F" else r + 1
-            if not 0 <= src < len(timeline) or (op, i) not in ev[src]:
-                continue  # the first stage's forwards and the last one's backwards need no input
-            sent = ev[src][(op, i)][1]
-            if free[r][(op, i)] <= sent:
-                out.append(start - sent)
-    return out
+            if 0 <= src < p and (op, i) in ends[src]:
+                hand.append(t0 + a - max(t0 + free, ends[src][(op, i)]))
+            elif k:
+                gaps[r].append(a - free)
+
+    def mean(xs: list[float]) -> float:
+        return float(np.mean(xs)) if xs else 0.0
+
+    return PassCosts(
+        forward_s=[mean([b - a for op, _, a, b in ev if op == "F"]) for ev in timeline],
+        backward_s=[mean([b - a for op, _, a, b in ev if op == "B"]) for ev in timeline],
+        send_s=[mean(g) for g in gaps],
+        message_s=mean(hand),
+    )
 
 
 @dataclass
