@@ -56,6 +56,7 @@ def hpclab_gemm(sizes, threads=0, dtype="fp32", device="cpu", repeat=REPEAT):
     res = experiments.run(
         "gemm",
         device=device,
+        compare_devices=False,
         size=tuple(sizes),
         dtype=(dtype,),
         threads=(threads,),

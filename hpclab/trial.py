@@ -86,9 +86,8 @@ def run_trial(
 
 def _train(params, epochs, seed, report, samples, save_to, checkpoint) -> dict[str, Any]:
     import torch
-    import torch.nn.functional as F
 
-    from hpclab.train import make_model, train_step
+    from hpclab.train import make_model
 
     p = {**DEFAULTS, **params}
     started_at = time.time()  # wall clock: comparable across processes on synchronised nodes
@@ -111,17 +110,8 @@ def _train(params, epochs, seed, report, samples, save_to, checkpoint) -> dict[s
         val_loss = curve[-1] if curve else math.inf
     done = len(curve)
     for epoch in range(done, epochs):
-        order = torch.randperm(len(xt), generator=gen)
-        for i in range(0, len(xt) - bs + 1, bs):
-            idx = order[i : i + bs]
-            loss = train_step(model, opt, xt[idx], yt[idx])
-            if not math.isfinite(loss):
-                break
-        with torch.no_grad():
-            model.eval()
-            val_loss = float(F.cross_entropy(model(xv), yv))
-            val_acc = float((model(xv).argmax(1) == yv).float().mean())
-            model.train()
+        _epoch(model, opt, xt, yt, bs, gen)
+        val_loss, val_acc = _validate(model, xv, yv)
         done = epoch + 1
         curve.append(val_loss if math.isfinite(val_loss) else math.inf)
         if not math.isfinite(val_loss):
@@ -145,6 +135,34 @@ def _train(params, epochs, seed, report, samples, save_to, checkpoint) -> dict[s
         "started_at": started_at,
         "pid": os.getpid(),
     }
+
+
+def _epoch(model, opt, xt, yt, batch_size: int, gen) -> None:
+    """One pass over the training split in a fresh shuffle from ``gen``, in whole batches (the
+    remainder is dropped); it ends at the first loss that is not finite (a diverged trial)."""
+    import torch
+
+    from hpclab.train import train_step
+
+    order = torch.randperm(len(xt), generator=gen)
+    for i in range(0, len(xt) - batch_size + 1, batch_size):
+        idx = order[i : i + batch_size]
+        loss = train_step(model, opt, xt[idx], yt[idx])
+        if not math.isfinite(loss):
+            break
+
+
+def _validate(model, xv, yv) -> tuple[float, float]:
+    """(loss, accuracy) of ``model`` on the validation split, in eval mode."""
+    import torch
+    import torch.nn.functional as F
+
+    with torch.no_grad():
+        model.eval()
+        val_loss = float(F.cross_entropy(model(xv), yv))
+        val_acc = float((model(xv).argmax(1) == yv).float().mean())
+        model.train()
+    return val_loss, val_acc
 
 
 def _save_state(path: str, model, opt, gen, curve: list[float], val_acc: float) -> None:

@@ -86,60 +86,72 @@ def run_hardware(config: HardwareConfig, progress: Progress) -> Result:
         family=cpu["family"],
         clock_label=clock_label(info["clock_method"]),
     )
-    records: list[dict[str, Any]] = []
-    for dtype, p in peaks.items():
-        records.append(
-            {
-                "tier": "model",
-                "device": "cpu",
-                "dtype": dtype,
-                "cores": cores,
-                "clock_ghz": info["clock_ghz"],
-                "flops_per_cycle": p["flops_per_cycle"],
-                "peak_gflops": p["gflops"],
-                "derivation": p["derivation"],
-            }
-        )
-    for gpu in info["gpus"]:
-        for dtype, tflops in (gpu.get("peak_tflops") or {}).items():
-            if dtype in ("fp64", "fp32", "bf16", "fp16", "tf32"):
-                records.append(
-                    {
-                        "tier": "reference",
-                        "device": f"cuda:{gpu['index']} {gpu['name']}",
-                        "dtype": dtype,
-                        "peak_gflops": tflops * 1e3,
-                        "source": gpu.get("peak_source"),
-                    }
-                )
+    records = cpu_peak_records(cores, info, peaks) + gpu_peak_records(info)
     if config.probe_size:
-        from hpclab.compute.gemm import time_gemm
-        from hpclab.dist.placement import torch_threads
-
-        # The probe runs on the cores the peak counts (one thread per core; no more than this
-        # allocation has), so the measured point and its bar describe the same cores.
-        threads = min(cores, info.get("cores_physical") or info["cores_usable"])
-        progress.update(
-            0, 1, f"fp32 GEMM probe, n={config.probe_size}, {plural(threads, 'thread')}"
-        )
-        with torch_threads(threads):
-            g = time_gemm(config.probe_size, "fp32", "cpu", repeat=5)
-        peak = peaks["fp32"]["gflops"]
-        records.append(
-            {
-                "tier": "live",
-                "device": "cpu",
-                "dtype": "fp32",
-                "cores": cores,
-                "threads": threads,
-                "size": config.probe_size,
-                "gflops": g.gflops,
-                "peak_fraction": g.gflops / (peak * threads / cores) if peak else None,
-                **g.timing.summary(),
-            }
-        )
-        progress.update(1, 1, "")
+        records.append(probe_record(config.probe_size, cores, info, peaks, progress))
     return make_result("hardware", config, records)
+
+
+def cpu_peak_records(cores: int, info: dict, peaks: dict[str, dict]) -> list[dict[str, Any]]:
+    """The model tier: the CPU's peak per dtype on ``cores`` cores, each with its derivation."""
+    return [
+        {
+            "tier": "model",
+            "device": "cpu",
+            "dtype": dtype,
+            "cores": cores,
+            "clock_ghz": info["clock_ghz"],
+            "flops_per_cycle": p["flops_per_cycle"],
+            "peak_gflops": p["gflops"],
+            "derivation": p["derivation"],
+        }
+        for dtype, p in peaks.items()
+    ]
+
+
+def gpu_peak_records(info: dict) -> list[dict[str, Any]]:
+    """The reference tier: each visible GPU's datasheet peak per dtype, with its source."""
+    return [
+        {
+            "tier": "reference",
+            "device": f"cuda:{gpu['index']} {gpu['name']}",
+            "dtype": dtype,
+            "peak_gflops": tflops * 1e3,
+            "source": gpu.get("peak_source"),
+        }
+        for gpu in info["gpus"]
+        for dtype, tflops in (gpu.get("peak_tflops") or {}).items()
+        if dtype in ("fp64", "fp32", "bf16", "fp16", "tf32")
+    ]
+
+
+def probe_record(
+    size: int, cores: int, info: dict, peaks: dict[str, dict], progress: Progress
+) -> dict[str, Any]:
+    """The live tier: one fp32 ``size``^3 GEMM timed on the CPU, against the fp32 peak."""
+    from hpclab.compute.gemm import time_gemm
+    from hpclab.dist.placement import torch_threads
+
+    # The probe runs on the cores the peak counts (one thread per core; no more than this
+    # allocation has), so the measured point and its bar describe the same cores.
+    threads = min(cores, info.get("cores_physical") or info["cores_usable"])
+    progress.update(0, 1, f"fp32 GEMM probe, n={size}, {plural(threads, 'thread')}")
+    with torch_threads(threads):
+        g = time_gemm(size, "fp32", "cpu", repeat=5)
+    peak = peaks["fp32"]["gflops"]
+    record = {
+        "tier": "live",
+        "device": "cpu",
+        "dtype": "fp32",
+        "cores": cores,
+        "threads": threads,
+        "size": size,
+        "gflops": g.gflops,
+        "peak_fraction": g.gflops / (peak * threads / cores) if peak else None,
+        **g.timing.summary(),
+    }
+    progress.update(1, 1, "")
+    return record
 
 
 @figure

@@ -94,8 +94,8 @@ def test_ensure_fits_refuses_with_size_and_available():
 
 def test_devices_and_dtypes():
     assert dev.resolve_devices("cpu") == ["cpu"]
-    assert dev.resolve_devices("all")[0] == "cpu"
-    assert len(dev.resolve_devices("all")) == 1 + dev.gpu_count()
+    assert dev.resolve_devices("auto", compare=True)[0] == "cpu"
+    assert len(dev.resolve_devices("auto", compare=True)) == 1 + dev.gpu_count()
     if dev.gpu_count() == 0:
         with pytest.raises(ConfigError, match="no GPU is visible"):
             dev.resolve_devices("cuda")

@@ -63,9 +63,9 @@ def test_gemm_refuses_before_allocating():
         experiments.run("gemm", size=(60000,), dtype=("fp64",))
     with pytest.raises(ConfigError, match="dtype=.tf32. on cpu: tf32 is a tensor-core mode"):
         experiments.run("gemm", size=(32,), dtype=("tf32",))
-    # "all" skips what a device cannot do instead of failing the whole sweep
+    # comparing devices skips what a device cannot do instead of failing the whole sweep
     res = experiments.run(
-        "gemm", device="all", size=(32,), dtype=("tf32", "fp32"), threads=(1,), repeat=1
+        "gemm", compare_devices=True, size=(32,), dtype=("tf32", "fp32"), threads=(1,), repeat=1
     )
     assert {(r["device"], r["dtype"]) for r in _live(res) if r["device"] == "cpu"} == {
         ("cpu", "fp32")
@@ -109,7 +109,9 @@ def test_roofline_places_kernels_under_the_right_roof():
 
 
 def test_ops_records_units_and_seed_speedups():
-    res = experiments.run("ops", device="cpu", elements=2**14, batch=1, repeat=2, threads=1)
+    res = experiments.run(
+        "ops", device="cpu", compare_devices=False, elements=2**14, batch=1, repeat=2, threads=1
+    )
     live = {(r["op"], r["variant"]): r for r in _live(res)}
     assert set(live) == {
         ("rng", "randn"),
@@ -130,7 +132,13 @@ def test_ops_records_units_and_seed_speedups():
 
 def test_crossover_without_gpu_uses_a_labelled_model():
     res = experiments.run(
-        "crossover", device="cpu", matmul_sizes=(8, 64), add_sizes=(256, 65536), repeat=2, threads=1
+        "crossover",
+        device="cpu",
+        compare_devices=False,
+        matmul_sizes=(8, 64),
+        add_sizes=(256, 65536),
+        repeat=2,
+        threads=1,
     )
     model = [r for r in res.records if r.get("tier") == "model" and r["kind"] == "point"]
     assert model and all("assumed" in r["source"] for r in model)
@@ -176,6 +184,7 @@ def test_cancel_raises_between_units():
 
 def test_cli_json_and_bad_arguments():
     cmd = [sys.executable, "-m", "hpclab.cli", "run", "gemm", "--device", "cpu"]
+    cmd += ["--no-compare-devices"]
     out = subprocess.run(
         cmd + ["--dtype", "float32", "--size", "64", "--threads", "1", "--repeat", "2", "--json"],
         capture_output=True,
@@ -220,8 +229,8 @@ def test_widget_panel_runs_and_survives_cancel():
 
 
 def test_chapter_01_shows_every_device_by_default(monkeypatch):
-    """Every chapter-01 experiment defaults to "all": the CPU alone here, the CPU and each GPU
-    on a GPU node (GPU visibility and its NVML facts patched; nothing runs on a GPU)."""
+    """Every chapter-01 experiment compares devices by default: the CPU alone here, the CPU and
+    each GPU on a GPU node (GPU visibility and its NVML facts patched; nothing runs on a GPU)."""
     from hpclab.compute import device as dev
     from hpclab.compute.bandwidth import BandwidthConfig
     from hpclab.compute.crossover import CrossoverConfig
@@ -232,13 +241,14 @@ def test_chapter_01_shows_every_device_by_default(monkeypatch):
 
     configs = (BandwidthConfig, CrossoverConfig, GemmConfig, OpsConfig, RooflineConfig,
                ThroughputConfig)  # fmt: skip
-    defaults = {c.__name__: c.create().device for c in configs}
-    assert set(defaults.values()) == {"all"}, defaults
+    defaults = {c.__name__: (c.create().device, c.create().compare_devices) for c in configs}
+    assert set(defaults.values()) == {("auto", True)}, defaults
     monkeypatch.setattr(dev, "gpu_count", lambda: 0)
-    assert dev.resolve_devices("all") == ["cpu"]
+    assert [c.create().devices() for c in configs] == [["cpu"]] * len(configs)
+    assert GemmConfig.create(compare_devices=False).devices() == ["cpu"]  # auto: the CPU here
     monkeypatch.setattr(dev, "gpu_count", lambda: 2)
     monkeypatch.setattr(dev, "gpu_facts", lambda d: {"name": "NVIDIA H200", "capability": "9.0"})
-    assert dev.resolve_devices("all") == ["cpu", "cuda:0", "cuda:1"]
+    assert dev.resolve_devices("auto", compare=True) == ["cpu", "cuda:0", "cuda:1"]
     cfg = GemmConfig.create(dtype=("fp32", "bf16"), size=(512, 1024))
     assert [(d, t) for d, t, _ in _plan(cfg)] == [
         ("cpu", "fp32"), ("cpu", "bf16"), ("cuda:0", "fp32"), ("cuda:0", "bf16"),
@@ -246,6 +256,47 @@ def test_chapter_01_shows_every_device_by_default(monkeypatch):
     ]  # fmt: skip
     assert [s[0] for s in _shapes(cfg, "cuda:0")] == [512, 1024, 4096, 8192]  # the full curve
     assert [s[0] for s in _shapes(cfg, "cpu")] == [512, 1024]
+
+
+def test_device_all_is_refused_naming_compare_devices():
+    """ "all" was chapter 01's word for comparing; it is no device: every way in (a config, the
+    device helper, the CLI) refuses it in one line that names the option that replaced it."""
+    from hpclab.compute import device as dev
+    from hpclab.compute.roofline import RooflineConfig
+
+    for make in (
+        lambda: RooflineConfig.create(device="all"),
+        lambda: experiments.run("gemm", device="all", compare_devices=False),
+        lambda: dev.resolve_devices("all", compare=True),
+    ):
+        with pytest.raises(ConfigError) as err:
+            make()
+        assert "\n" not in str(err.value)
+        assert "device='all' is not a device" in str(err.value)
+        assert "compare_devices=True (--compare-devices)" in str(err.value)
+    out = subprocess.run(
+        [sys.executable, "-m", "hpclab.cli", "run", "ops", "--device", "all"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2 and out.stdout == "", out.stderr
+    assert out.stderr.strip().count("\n") == 0 and "--compare-devices" in out.stderr
+
+
+def test_one_device_with_comparing_on_is_refused_and_compare_runs_the_cpu_here():
+    """device='cpu' names one device, compare_devices=True asks for all: a contradiction, said
+    in one line with both ways out. With 0 GPUs (this machine) comparing gives CPU rows only."""
+    with pytest.raises(ConfigError, match=r"^device='cpu' names one device, but compare_devices"):
+        experiments.run("ops", device="cpu", compare_devices=True)
+    with pytest.raises(ConfigError, match="allowed: compare_devices=False"):
+        experiments.run("bandwidth", device="cuda")
+    from hpclab.compute.device import gpu_count
+
+    res = experiments.run(
+        "gemm", size=(32,), dtype=("fp32",), threads=(1,), repeat=1, references=False
+    )  # compare_devices=True, the default
+    gpus = {f"cuda:{i}" for i in range(gpu_count())}  # none on CI: the CPU rows only
+    assert {r["device"] for r in _live(res)} == {"cpu"} | gpus
+    assert res.config["compare_devices"] is True and res.config["device"] == "auto"
 
 
 def test_gemm_references_include_this_courses_h200_run_per_dtype():

@@ -205,6 +205,8 @@ def shows_knobs(p, epochs):
         assert list(line.x) == list(range(1, epochs + 1))  # one first batch per epoch
 
 
+GEMM_FIELDS = ("size", "dtype", "threads", "compare_devices", "device")  # chapter 01's first panel
+
 CASES = {
     "hardware": Case(
         lambda: panel("hardware", fields=("cores", "probe_size"), live=True, run_now=False),
@@ -212,14 +214,15 @@ CASES = {
         offered("probe_size", 8, "probe_size=8 is too small"), cheap={"probe_size": 0},
     ),
     "gemm": Case(
-        lambda: panel("gemm", fields=("size", "dtype", "threads", "device"),
-                      fixed={"references": False}, accumulate=True, run_now=False),
+        lambda: panel("gemm", fields=GEMM_FIELDS, fixed={"references": False}, accumulate=True,
+                      run_now=False),
         "size", ("40", "48", "56", "32"), shows_x("size"),
         setting(size="48,x"), cheap={"dtype": "fp32", "threads": "1"},
     ),
     "train-throughput": Case(
-        lambda: panel("train-throughput", fields=("batch_size", "threads", "device", "model"),
-                      fixed={"references": False}, accumulate=True, run_now=False),
+        lambda: panel("train-throughput", fields=("batch_size", "threads", "compare_devices",
+                      "device", "model"), fixed={"references": False}, accumulate=True,
+                      run_now=False),
         "batch_size", ("4", "8", "12", "16"), shows_x("batch_size"),
         setting(batch_size=""), cheap={"threads": "1", "model": "tiny"},
     ),
@@ -376,3 +379,38 @@ def test_the_run_button_runs_what_the_controls_say(name, monkeypatch):
     assert "done" in p.status.value, f"{p.status.value}\n{p.last_error}"
     case.shows(p, cfg(p, case.control))
     assert not _ran(p, case.control, parsed_replaced)
+
+
+def test_comparing_devices_is_a_checkbox_beside_the_device_dropdown():
+    """Chapter 01: "compare devices" is its own checkbox, not a device. Ticked (the default) the
+    device dropdown is greyed out and reads auto, and a run measures the CPU and every GPU;
+    unticked, the device picked runs alone. No GPU here: both give CPU rows only."""
+    from hpclab.compute.device import gpu_count
+
+    p = panel("gemm", fields=GEMM_FIELDS, fixed={"references": False}, accumulate=True,
+              run_now=False)  # fmt: skip
+    compare, device = p.controls["compare_devices"], p.controls["device"]
+    assert type(compare).__name__ == "Checkbox" and compare.description == "compare devices"
+    assert list(device.options) == ["auto", "cpu", "cuda"]  # no "all" among the devices
+    assert compare.value and device.disabled and device.value == "auto"
+    for k, v in {"size": "32", "dtype": "fp32", "threads": "1"}.items():
+        p.controls[k].value = v
+
+    compare.value = False
+    assert not device.disabled
+    device.value = "cpu"
+    p.run_button.click()
+    _settle(p)
+    assert "done" in p.status.value, f"{p.status.value}\n{p.last_error}"
+    assert {r["device"] for r in rows(p, tier="live")} == {"cpu"}
+    assert p.results[-1].config["compare_devices"] is False
+
+    compare.value = True  # back to comparing: the device reads auto again, greyed out
+    assert device.disabled and device.value == "auto"
+    p.run_button.click()
+    _settle(p)
+    assert "done" in p.status.value, f"{p.status.value}\n{p.last_error}"
+    last = p.results[-1]
+    assert last.config["compare_devices"] is True and last.config["device"] == "auto"
+    gpus = {f"cuda:{i}" for i in range(gpu_count())}
+    assert {r["device"] for r in last.records if r["tier"] == "live"} == {"cpu"} | gpus

@@ -63,7 +63,12 @@ def test_a_point_above_its_roof_carries_the_reason_on_the_plot():
 
 def test_crossover_axis_stays_on_the_data():
     res = experiments.run(
-        "crossover", device="cpu", matmul_sizes=(8, 64), add_sizes=(256, 65536), repeat=2
+        "crossover",
+        device="cpu",
+        compare_devices=False,
+        matmul_sizes=(8, 64),
+        add_sizes=(256, 65536),
+        repeat=2,
     )
     cross = [r for r in res.records if r["kind"] == "crossover"]
     cross[0]["predicted_size"] = 1e105  # what an unlucky fit predicted
@@ -75,7 +80,9 @@ def test_crossover_axis_stays_on_the_data():
 
 
 def test_one_colour_per_series_in_every_subplot_and_run():
-    res = experiments.run("ops", device="cpu", elements=2**12, batch=1, repeat=1, threads=1)
+    res = experiments.run(
+        "ops", device="cpu", compare_devices=False, elements=2**12, batch=1, repeat=1, threads=1
+    )
     fig = experiments.get("ops").plot(res)
     by_name: dict[str, set] = {}
     for t in fig.data:

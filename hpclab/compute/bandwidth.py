@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from hpclab.compute import device as dev
-from hpclab.config import Config, ConfigError, param
+from hpclab.config import ConfigError, param
 from hpclab.display import figure, plural
 from hpclab.progress import Progress
 from hpclab.results import Result, load_reference, make_result
@@ -42,10 +42,7 @@ REFERENCE_GPUS = ("H100 SXM", "A100 SXM 80GB", "V100 SXM2", "P100 SXM2")
 
 
 @dataclass(frozen=True)
-class BandwidthConfig(Config):
-    device: str = param(
-        "all", choices=dev.DEVICE_CHOICES, help="cpu, cuda (GPU 0) or all (CPU and every GPU)"
-    )
+class BandwidthConfig(dev.DevicesConfig):
     kernels: tuple = param(tuple(KERNELS), choices=tuple(KERNELS), help="STREAM kernels to run")
     array_mb: int = param(
         256, min=1, max=65536, quick=64, help="MiB per array (keep it >= 4x the last-level cache)"
@@ -111,7 +108,7 @@ def measure_stream(
 
 
 def run_bandwidth(config: BandwidthConfig, progress: Progress) -> Result:
-    devices = dev.resolve_devices(config.device)
+    devices = config.devices()
     n = config.array_mb * 2**20 // 4  # fp32 elements per array
     for device in devices:  # refuse before allocating anything
         dev.ensure_fits(3 * n * 4, device, f"three {config.array_mb} MiB arrays")

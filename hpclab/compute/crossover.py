@@ -34,7 +34,7 @@ from hpclab.compute.crossover_fit import (  # noqa: F401 - re-exported for chapt
     size_of,
 )
 from hpclab.compute.timers import naive_time
-from hpclab.config import Config, ConfigError, param
+from hpclab.config import ConfigError, param
 from hpclab.display import figure, series_color
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
@@ -44,8 +44,7 @@ GPU_MODELS = ("H100 SXM", "A100 SXM 80GB", "V100 SXM2", "P100 SXM2")
 
 
 @dataclass(frozen=True)
-class CrossoverConfig(Config):
-    device: str = param("all", choices=dev.DEVICE_CHOICES, help="cpu, cuda or all")
+class CrossoverConfig(dev.DevicesConfig):
     ops: tuple = param(OPS, choices=OPS, help="matmul (n x n x n fp32) and/or add (fp32)")
     matmul_sizes: tuple = param(
         (8, 16, 32, 64, 128, 256, 512, 1024),
@@ -111,7 +110,7 @@ def run_crossover(config: CrossoverConfig, progress: Progress) -> Result:
     from hpclab.compute.timers import timed_auto
     from hpclab.measure.timing import synchronize
 
-    devices = dev.resolve_devices(config.device)
+    devices = config.devices()
     plan = [(d, op, s) for d in devices for op in config.ops for s in _sizes(config, op, d)]
     records: list[dict[str, Any]] = []
     for i, (device, op, size) in enumerate(plan):

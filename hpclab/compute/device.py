@@ -2,8 +2,11 @@
 
 Every chapter-01 run goes through these helpers so that the same rules hold everywhere:
 
-- ``resolve_devices("all")`` is the CPU plus every visible GPU; ``"cuda"`` is GPU 0, decided
-  (and refused when there is none) by :func:`hpclab.dist.place`, like every experiment's device.
+- :class:`DevicesConfig`, the base of the six configs: ``compare_devices=True`` (the default)
+  measures the CPU and every visible GPU side by side; with it off, ``device`` (``auto``, ``cpu``
+  or ``cuda``, the one vocabulary of :mod:`hpclab.dist.placement`) is the one device
+  :func:`hpclab.dist.place` gives one process (``cuda`` is GPU 0, refused when there is none).
+  Comparing is an option with its own name, not a device: ``device="all"`` is refused, naming it.
 - ``torch_threads(n)`` (:mod:`hpclab.dist.placement`, the library's one thread setter) sets the
   CPU thread count for one run and restores it afterwards; it is called *inside* the run.
 - ``ensure_fits(nbytes, device)`` refuses a size before anything is allocated, naming the size
@@ -17,12 +20,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from hpclab.config import ConfigError
-from hpclab.dist.placement import gpu_count, place, torch_threads  # noqa: F401 - used as dev.*
+from hpclab.config import Config, ConfigError, param
+from hpclab.dist.placement import DEVICES, gpu_count, place, torch_threads  # noqa: F401 - dev.*
 
 GIB = 2**30
 # Names the course uses for dtypes; "tf32" is fp32 storage with TensorFloat-32 tensor-core math.
@@ -36,7 +40,6 @@ DTYPES: dict[str, torch.dtype] = {
 # The CLI example in the chapter says --dtype float32: accept torch's names as well.
 ALIASES = {"float64": "fp64", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 DTYPE_CHOICES = tuple(DTYPES) + tuple(ALIASES)
-DEVICE_CHOICES = ("cpu", "cuda", "all")
 # Fraction of available memory a run may take: the rest is for the kernel, Python, other users.
 MEMORY_FRACTION = 0.8
 
@@ -45,15 +48,54 @@ def canonical_dtype(name: str) -> str:
     return ALIASES.get(name, name)
 
 
-def resolve_devices(device: str) -> list[str]:
-    """``all`` -> the CPU and every visible GPU (chapter 01 compares them side by side);
-    ``cpu`` or ``cuda`` -> the one device :func:`hpclab.dist.place` gives one process (GPU 0),
-    or its one-line refusal when no GPU is visible."""
+# The old spelling of comparing (a device "all"), refused with the option that replaced it.
+ALL_REFUSED = (
+    "device='all' is not a device: to run the CPU and every visible GPU side by side, use "
+    "compare_devices=True (--compare-devices); allowed devices: " + ", ".join(DEVICES)
+)
+
+
+def resolve_devices(device: str, compare: bool = False) -> list[str]:
+    """``compare`` -> the CPU and every visible GPU (chapter 01 compares them side by side);
+    otherwise the one device :func:`hpclab.dist.place` gives one process for ``device``
+    (``auto``, ``cpu`` or ``cuda`` = GPU 0), or its one-line refusal when no GPU is visible."""
     if device == "all":
+        raise ConfigError(ALL_REFUSED)
+    if compare:
         return ["cpu"] + [f"cuda:{i}" for i in range(gpu_count())]
-    if device not in DEVICE_CHOICES:
-        raise ConfigError(f"device={device!r} is not allowed; allowed: {', '.join(DEVICE_CHOICES)}")
     return [place(1, device).devices[0]]
+
+
+@dataclass(frozen=True)
+class DevicesConfig(Config):
+    """Where a chapter-01 run measures: the base of its experiments' configs (their first two
+    fields). Comparing every device is the default, so a GPU node shows its GPUs beside the CPU
+    without being asked."""
+
+    device: str = param(
+        "auto",
+        choices=DEVICES,
+        help="the one device when compare_devices is off: auto (GPU 0 if any, else the CPU), "
+        "cpu or cuda (GPU 0)",
+    )
+    compare_devices: bool = param(
+        True, help="run the CPU and every visible GPU side by side (device stays auto)"
+    )
+
+    def __post_init__(self) -> None:
+        if self.device == "all":  # before the choices check, whose message cannot name the option
+            raise ConfigError(ALL_REFUSED)
+        super().__post_init__()
+        if self.compare_devices and self.device != "auto":
+            raise ConfigError(
+                f"device={self.device!r} names one device, but compare_devices=True runs the CPU "
+                "and every visible GPU side by side; allowed: compare_devices=False "
+                f"(--no-compare-devices) with device={self.device!r}, or device='auto'"
+            )
+
+    def devices(self) -> list[str]:
+        """The devices this run measures, CPU first (see :func:`resolve_devices`)."""
+        return resolve_devices(self.device, self.compare_devices)
 
 
 def gpu_facts(device: str) -> dict[str, Any]:

@@ -15,17 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpclab.compute import device as dev
-from hpclab.config import Config, ConfigError, param
+from hpclab.config import ConfigError, param
 from hpclab.display import figure, plural, run_label, series_color, split_runs
 from hpclab.progress import Progress
 from hpclab.results import Result, load_reference, make_result
 
 
 @dataclass(frozen=True)
-class GemmConfig(Config):
-    device: str = param(
-        "all", choices=dev.DEVICE_CHOICES, help="cpu, cuda (GPU 0) or all (CPU and every GPU)"
-    )
+class GemmConfig(dev.DevicesConfig):
     dtype: tuple = param(
         ("fp64", "fp32", "bf16"),
         choices=dev.DTYPE_CHOICES,
@@ -73,12 +70,12 @@ def _plan(config: GemmConfig) -> list[tuple[str, str, int]]:
     """(device, dtype, threads) series; unsupported combinations are refused up front."""
     plan = []
     refused: dict[str, str] = {}  # dtype -> the first device's reason
-    for device in dev.resolve_devices(config.device):
+    for device in config.devices():
         for dtype in dict.fromkeys(dev.canonical_dtype(d) for d in config.dtype):
             why = dev.unsupported(device, dtype)
-            if why and config.device != "all":
+            if why and not config.compare_devices:
                 raise ConfigError(f"dtype={dtype!r} on {device}: {why}")
-            if why:  # "all": skip what a device cannot do (recorded below), unless all is
+            if why:  # comparing: skip what a device cannot do (recorded below), unless all is
                 refused.setdefault(dtype, f"dtype={dtype!r} on {device}: {why}")
                 continue
             for threads in config.threads if device == "cpu" else (0,):

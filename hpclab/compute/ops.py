@@ -24,7 +24,7 @@ import torch
 
 from hpclab.compute import device as dev
 from hpclab.compute import flops as F
-from hpclab.config import Config, ConfigError, param
+from hpclab.config import ConfigError, param
 from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, load_reference, make_result
@@ -34,8 +34,7 @@ FFT_LENGTH = 4096
 
 
 @dataclass(frozen=True)
-class OpsConfig(Config):
-    device: str = param("all", choices=dev.DEVICE_CHOICES, help="cpu, cuda (GPU 0) or all")
+class OpsConfig(dev.DevicesConfig):
     ops: tuple = param(OPS, choices=OPS, help="kernels to time")
     elements: int = param(
         2**24, min=FFT_LENGTH, max=2**31, quick=2**21, help="numbers per RNG call / FFT batch"
@@ -151,7 +150,7 @@ def _conv_pool(config: OpsConfig, device: str, ops: tuple) -> list[dict[str, Any
 
 
 def run_ops(config: OpsConfig, progress: Progress) -> Result:
-    devices = dev.resolve_devices(config.device)
+    devices = config.devices()
     records: list[dict[str, Any]] = []
     steps = [
         (d, op)

@@ -30,7 +30,7 @@ import torch
 
 from hpclab.compute import device as dev
 from hpclab.compute import flops as F
-from hpclab.config import Config, param
+from hpclab.config import param
 from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
@@ -39,10 +39,7 @@ REFERENCE_CHOICES = ("H100 SXM", "A100 SXM 80GB", "V100 SXM2", "P100 SXM2", "non
 
 
 @dataclass(frozen=True)
-class RooflineConfig(Config):
-    device: str = param(
-        "all", choices=dev.DEVICE_CHOICES, help="cpu, cuda (GPU 0) or all (CPU and every GPU)"
-    )
+class RooflineConfig(dev.DevicesConfig):
     dtype: str = param("fp32", choices=("fp32", "bf16"), help="element type of every kernel")
     threads: int = param(0, min=0, max=1024, help="CPU threads (0 = usable cores)")
     gemm_sizes: tuple = param(
@@ -140,9 +137,9 @@ def measure_points(config: RooflineConfig, device: str, progress: Progress) -> l
 
 
 def run_roofline(config: RooflineConfig, progress: Progress) -> Result:
-    """Roofs and kernels on each device of ``config.device`` ("all": the CPU and every GPU,
-    side by side); the datasheet reference GPU joins when no GPU was measured."""
-    devices = dev.resolve_devices(config.device)
+    """Roofs and kernels on each device of ``config.devices()`` (the CPU and every GPU side by
+    side when comparing); the datasheet reference GPU joins when no GPU was measured."""
+    devices = config.devices()
     for device in devices:  # refuse before measuring anything
         why = dev.unsupported(device, config.dtype)
         if why:

@@ -20,7 +20,7 @@ import torch
 
 from hpclab.compute import device as dev
 from hpclab.compute.mfu import gemm_ceiling, mfu_fields
-from hpclab.config import Config, ConfigError, param
+from hpclab.config import ConfigError, param
 from hpclab.display import figure, plural, split_runs
 from hpclab.progress import Progress
 from hpclab.results import Result, load_reference, make_result
@@ -28,7 +28,7 @@ from hpclab.train import MODELS
 
 
 @dataclass(frozen=True)
-class ThroughputConfig(Config):
+class ThroughputConfig(dev.DevicesConfig):
     model: str = param("large", choices=tuple(MODELS), help="hpclab.train model")
     data: str = param(
         "synthetic", choices=("digits", "synthetic"), help="8x8 digits or 28x28 MNIST-like"
@@ -38,9 +38,6 @@ class ThroughputConfig(Config):
     )
     threads: tuple = param(
         (1, 0), min=0, max=1024, help="CPU thread counts to try (0 = all usable cores)"
-    )
-    device: str = param(
-        "all", choices=dev.DEVICE_CHOICES, help="cpu, cuda (GPU 0) or all (CPU and every GPU)"
     )
     steps: int = param(20, min=1, max=100000, quick=5, help="timed steps per point")
     lr: float = param(0.05, min=1e-6, max=10.0, help="SGD learning rate")
@@ -108,7 +105,7 @@ def run_throughput(config: ThroughputConfig, progress: Progress) -> Result:
 
     usable = system_info()["cores_usable"]
     x, y = make_data(config.data)
-    devices = dev.resolve_devices(config.device)
+    devices = config.devices()
     threads = list(dict.fromkeys(t or usable for t in config.threads))
     plan = [
         (d, t, b)

@@ -202,46 +202,53 @@ def run_ddp(config: DDPConfig, progress: Progress) -> Result:
         r["efficiency"] = (
             r["samples_per_s"] / (r["ranks"] * base["samples_per_s"]) if base else None
         )
-    last = records[-1]
-    if last["ranks"] > 1:
-        # The model: one rank's step, shared out (strong: each rank's part of the batch) or
-        # repeated (weak), plus the gradients' all-reduce with no overlap. Built on the measured
-        # one-rank step (not on each rank's compute, timed apart and noisy), so its efficiency,
-        # 1 / (1 + allreduce / step), stays below 1 as a model without overlap must.
-        one = base or last
-        share = last["per_rank_batch"] / one["per_rank_batch"]
-        compute = one["step_s"] * share if base else last["compute_s"]
-        predicted = compute + last["allreduce_s"]
-        rate = last["global_batch"] / predicted
-        steps = last.get("steps_to_target")
-        records.append(
-            {
-                "tier": "model",
-                "ranks": last["ranks"],
-                "model": config.model,
-                "scaling": config.scaling,
-                "global_batch": last["global_batch"],
-                "step_s": predicted,
-                "compute_s": compute,
-                "comm_s": last["allreduce_s"],
-                "samples_per_s": rate,
-                "efficiency": rate / (last["ranks"] * base["samples_per_s"]) if base else None,
-                "formula": "step = one rank's step x per-rank batch / its batch + allreduce_s "
-                "(gradient bytes), no overlap",
-            }
-            | ({"time_to_target_s": steps * predicted} if steps else {})
-        )
+    if records[-1]["ranks"] > 1:
+        records.append(model_record(config, records[-1], base))
     if one_gpu_beside(config, gpu_count()):
         progress.update(len(plan), len(plan), "one rank on the GPU, beside the CPU ranks")
-        one = (
-            replace(spec, per_rank_batch=config.batch_size) if config.scaling == "strong" else spec
-        )
-        gpu = place(1, "cuda")
-        outs, started = launch_spec(1, for_ranks(config, one, 1), "cuda", gpu.threads, Progress())
-        records.append(_record(config, 1, outs, started) | to_target(config, 1, outs)
-                       | {"role": "gpu-rank", "efficiency": None, "note": one_gpu_note(config.ranks)})  # fmt: skip
+        records.append(one_gpu_record(config, spec))
     progress.update(len(plan), len(plan), "done")
     return make_result("ddp", config, records)
+
+
+def model_record(config: DDPConfig, last: dict[str, Any], base: dict | None) -> dict[str, Any]:
+    """The model tier beside the run of ``last`` ranks: one rank's step, shared out (strong:
+    each rank's part of the batch) or repeated (weak), plus the gradients' all-reduce with no
+    overlap. Built on the measured one-rank step ``base`` (not on each rank's compute, timed
+    apart and noisy), so its efficiency, 1 / (1 + allreduce / step), stays below 1 as a model
+    without overlap must."""
+    one = base or last
+    share = last["per_rank_batch"] / one["per_rank_batch"]
+    compute = one["step_s"] * share if base else last["compute_s"]
+    predicted = compute + last["allreduce_s"]
+    rate = last["global_batch"] / predicted
+    steps = last.get("steps_to_target")
+    return {
+        "tier": "model",
+        "ranks": last["ranks"],
+        "model": config.model,
+        "scaling": config.scaling,
+        "global_batch": last["global_batch"],
+        "step_s": predicted,
+        "compute_s": compute,
+        "comm_s": last["allreduce_s"],
+        "samples_per_s": rate,
+        "efficiency": rate / (last["ranks"] * base["samples_per_s"]) if base else None,
+        "formula": "step = one rank's step x per-rank batch / its batch + allreduce_s "
+        "(gradient bytes), no overlap",
+    } | ({"time_to_target_s": steps * predicted} if steps else {})
+
+
+def one_gpu_record(config: DDPConfig, spec: TrainSpec) -> dict[str, Any]:
+    """One rank on GPU 0 with the same per-rank batch (see :func:`one_gpu_beside`)."""
+    one = replace(spec, per_rank_batch=config.batch_size) if config.scaling == "strong" else spec
+    gpu = place(1, "cuda")
+    outs, started = launch_spec(1, for_ranks(config, one, 1), "cuda", gpu.threads, Progress())
+    return (
+        _record(config, 1, outs, started)
+        | to_target(config, 1, outs)
+        | {"role": "gpu-rank", "efficiency": None, "note": one_gpu_note(config.ranks)}
+    )
 
 
 def to_target(config: DDPConfig, ranks: int, outs: list[dict]) -> dict[str, Any]:

@@ -174,45 +174,10 @@ class _Ranks:
         The thread must outlive the ranks: ``PR_SET_PDEATHSIG`` fires when the *thread* that
         forked a child exits, not only the process.
         """
-        store = os.path.join(self.logdir, "store")
 
         def start_all() -> None:
             for rank in range(self.n):
-                # One pipe per rank, made just before its start: a later rank inherits no
-                # writer of an earlier one, so a dead rank's pipe reads as closed.
-                reader, writer = self.mpctx.Pipe(duplex=False)
-                ctx = RankContext(
-                    rank,
-                    self.n,
-                    self.where.backend,
-                    self.where.devices[rank],
-                    self.where.threads,
-                    cpus=self.where.cpus[rank] if self.where.cpus else (),
-                )
-                payload = Payload((worker, args, kwargs))
-                p = self.mpctx.Process(
-                    target=child_main,
-                    args=(payload, ctx, store, self.timeout_s, self.log(rank), writer),
-                    name=f"hpclab-rank{rank}",
-                )
-                try:
-                    p.start()
-                except Exception as exc:
-                    reader.close()
-                    writer.close()
-                    method = self.mpctx.get_start_method()
-                    name = getattr(worker, "__qualname__", repr(worker))
-                    why = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
-                    raise LaunchError(
-                        f"rank {rank} could not be started with {method}: "
-                        f"{type(exc).__name__}: {why} (worker {name!r} and its arguments must "
-                        "be picklable, and a script must start ranks under "
-                        "`if __name__ == '__main__':`; define the worker at the top level of an "
-                        "importable .py module)"
-                    ) from exc
-                self.procs.append(p)  # only started processes: stop() joins each of them
-                writer.close()
-                self.conns[rank] = reader
+                self._start_rank(rank, worker, args, kwargs)
 
         self.release = threading.Event()
         if self.mpctx.get_start_method() != "fork":
@@ -233,6 +198,49 @@ class _Ranks:
         started.wait()
         if errors:
             raise errors[0]
+
+    def _start_rank(self, rank: int, worker: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+        """Start one rank process, with the parent's end of its result pipe kept in ``conns``."""
+        # One pipe per rank, made just before its start: a later rank inherits no writer of an
+        # earlier one, so a dead rank's pipe reads as closed.
+        reader, writer = self.mpctx.Pipe(duplex=False)
+        ctx = RankContext(
+            rank,
+            self.n,
+            self.where.backend,
+            self.where.devices[rank],
+            self.where.threads,
+            cpus=self.where.cpus[rank] if self.where.cpus else (),
+        )
+        payload = Payload((worker, args, kwargs))
+        store = os.path.join(self.logdir, "store")
+        p = self.mpctx.Process(
+            target=child_main,
+            args=(payload, ctx, store, self.timeout_s, self.log(rank), writer),
+            name=f"hpclab-rank{rank}",
+        )
+        try:
+            p.start()
+        except Exception as exc:
+            reader.close()
+            writer.close()
+            raise self._unstartable(rank, worker, exc) from exc
+        self.procs.append(p)  # only started processes: stop() joins each of them
+        writer.close()
+        self.conns[rank] = reader
+
+    def _unstartable(self, rank: int, worker: Callable[..., Any], exc: Exception) -> LaunchError:
+        """Why rank ``rank`` could not start, in one line with what to do instead."""
+        method = self.mpctx.get_start_method()
+        name = getattr(worker, "__qualname__", repr(worker))
+        why = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+        return LaunchError(
+            f"rank {rank} could not be started with {method}: "
+            f"{type(exc).__name__}: {why} (worker {name!r} and its arguments must "
+            "be picklable, and a script must start ranks under "
+            "`if __name__ == '__main__':`; define the worker at the top level of an "
+            "importable .py module)"
+        )
 
     # -- watch ----------------------------------------------------------------------------
     def supervise(self, progress: Progress, deadline_s: float | None) -> list[Any]:

@@ -11,7 +11,8 @@ single-process experiment) and a requested ``device``:
 - ``"cpu"`` is CPU ranks, even on a GPU node.
 
 Device names, one vocabulary across the library: a *request* says ``"auto"``, ``"cpu"`` or
-``"cuda"`` (chapter 01 adds ``"all"``: the CPU and every GPU); where work *ran* is a torch device
+``"cuda"`` (chapter 01 compares the CPU and every GPU with an option of its own,
+``compare_devices``, not a device word); where work *ran* is a torch device
 string, ``"cpu"`` or ``"cuda:N"``: :attr:`Placement.devices`, ``RankContext.device`` and the
 ``device`` field of every record (rank 0's device for a multi-rank run). A refusal names the
 request and what is visible: "device='cuda' needs one GPU per rank: ranks=2 but 1 GPU(s) are

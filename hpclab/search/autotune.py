@@ -207,36 +207,48 @@ def run_autotune(cfg: AutotuneConfig, progress: Progress) -> Result:
     for k, (c, got) in enumerate(zip(finals, alone, strict=True)):
         records.append(dict(c, **got, status="final", role="default" if k == 0 else "finalist",
                             tier="live"))  # fmt: skip
+    records.append(summary_record(cfg, judged, records, most, screen_s))
+    return make_result("autotune", cfg, records)
+
+
+def summary_record(
+    cfg: AutotuneConfig,
+    judged: list[tuple[dict[str, Any], str]],
+    records: list[dict[str, Any]],
+    most: int,
+    screen_s: float,
+) -> dict[str, Any]:
+    """The run in one record: candidates pruned, measured and failed, the best finalist against
+    the default (both re-measured alone), how disturbed the rounds were, how long screening took."""
+    kept = [c for c, why in judged if not why]
+    screened = [r for r in records if r["status"] == "measured"]
     final = [r for r in records if r["status"] == "final"]
     base, best = final[0], max(final, key=lambda r: r["samples_per_s"])
-    records.append(
-        {
-            "status": "summary",
-            "candidates": len(judged),
-            "pruned": len(judged) - len(kept),
-            "measured": len(kept),
-            "failed": sum(1 for r in records if r["status"].startswith("failed")),
-            "default_samples_per_s": base["samples_per_s"],
-            "best_samples_per_s": best["samples_per_s"],
-            "best": {k: best[k] for k in KNOBS},
-            # Best of the finalists and the default, all re-measured alone: >= 1 by construction.
-            "best_vs_default": best["samples_per_s"] / base["samples_per_s"],
-            # The same pair compared by their fastest rounds: other processes only slow a run
-            # down, so on a busy machine this is the less disturbed view (beside the median).
-            "best_vs_default_fastest": best["samples_per_s_max"] / base["samples_per_s_max"],
-            "spread_best": (best["samples_per_s_max"] - best["samples_per_s_min"])
-            / best["samples_per_s"],
-            "median_measured": statistics.median(r["samples_per_s"] for r in screened)
-            if screened
-            else None,
-            "disturbed": sum(1 for r in records if r.get("disturbed")),
-            "disturbed_final_rounds": sum(r["disturbed_rounds"] for r in final),
-            "at_once_max": most,
-            "screen_s": screen_s,
-            "screen_serial_s": sum(r["wall_s"] for r in records if "wall_s" in r),
-            "finalists": len(final) - 1,
-            "rounds": cfg.rounds,
-            "tier": "live",
-        }
-    )
-    return make_result("autotune", cfg, records)
+    return {
+        "status": "summary",
+        "candidates": len(judged),
+        "pruned": len(judged) - len(kept),
+        "measured": len(kept),
+        "failed": sum(1 for r in records if r["status"].startswith("failed")),
+        "default_samples_per_s": base["samples_per_s"],
+        "best_samples_per_s": best["samples_per_s"],
+        "best": {k: best[k] for k in KNOBS},
+        # Best of the finalists and the default, all re-measured alone: >= 1 by construction.
+        "best_vs_default": best["samples_per_s"] / base["samples_per_s"],
+        # The same pair compared by their fastest rounds: other processes only slow a run
+        # down, so on a busy machine this is the less disturbed view (beside the median).
+        "best_vs_default_fastest": best["samples_per_s_max"] / base["samples_per_s_max"],
+        "spread_best": (best["samples_per_s_max"] - best["samples_per_s_min"])
+        / best["samples_per_s"],
+        "median_measured": statistics.median(r["samples_per_s"] for r in screened)
+        if screened
+        else None,
+        "disturbed": sum(1 for r in records if r.get("disturbed")),
+        "disturbed_final_rounds": sum(r["disturbed_rounds"] for r in final),
+        "at_once_max": most,
+        "screen_s": screen_s,
+        "screen_serial_s": sum(r["wall_s"] for r in records if "wall_s" in r),
+        "finalists": len(final) - 1,
+        "rounds": cfg.rounds,
+        "tier": "live",
+    }

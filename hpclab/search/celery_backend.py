@@ -49,11 +49,7 @@ def _feed(cfg, searcher, progress, url, pool, records, retries) -> None:
     from hpclab.search.celery_app import app_for
 
     app = app_for(url)
-    early_stop = None
-    if cfg.strategy in EARLY_STOPPING:  # the pruner's study, in the workers' Redis
-        from hpclab.search.early_stopping import new_study
-
-        early_stop = new_study(cfg, redis_url=url)[1]
+    early_stop = _pruner_study(cfg, url)
     t0 = clock()
     running: dict[int, tuple[Any, dict, float]] = {}
     lost: dict[int, str] = {}
@@ -89,22 +85,10 @@ def _feed(cfg, searcher, progress, url, pool, records, retries) -> None:
             for index in finished:
                 res, params, t_submit = running.pop(index)
                 try:
-                    out = res.get(timeout=10)
+                    records.append(_collect(index, res, params, t_submit, t0, searcher))
                 except RedisError:
                     running[index] = (res, params, t_submit)
                     raise
-                except Exception as exc:  # noqa: BLE001 - a trial's own error, kept in its record
-                    why = f"{type(exc).__name__}: {exc}".splitlines()[0]
-                    records.append(TrialRecord.failed(index, params, why, t_submit, t0))
-                    continue
-                searcher.tell(index, out["val_loss"])
-                records.append(TrialRecord.from_output(index, params, out, t_submit, clock(), t0))
-                # collected: the result now lives here, not in Redis (which stays small); a broker
-                # gone at this moment is noticed by the next poll
-                try:
-                    res.forget()
-                except (RedisError, OSError):
-                    pass
             submit(len(finished))
     except (RedisError, OSError) as exc:
         why = f"the broker (Redis) is gone: {str(exc).splitlines()[0]}"
@@ -113,6 +97,41 @@ def _feed(cfg, searcher, progress, url, pool, records, retries) -> None:
     except (KeyboardInterrupt, Cancelled):
         fail_running("interrupted", "interrupted (Ctrl-C or Cancel) while it ran")
         raise SearchStopped("interrupted", "interrupted", records) from None
+
+
+def _pruner_study(cfg: SearchConfig, url: str) -> Any:
+    """With early stopping (asha, hyperband): the pruner's Optuna study in the workers' Redis,
+    which each task reports its epochs to; None otherwise."""
+    if cfg.strategy not in EARLY_STOPPING:
+        return None
+    from hpclab.search.early_stopping import new_study
+
+    return new_study(cfg, redis_url=url)[1]
+
+
+def _collect(
+    index: int, res: Any, params: dict, t_submit: float, t0: float, searcher: Searcher
+) -> TrialRecord:
+    """The record of a finished trial: its result, told to the searcher, or the error it raised.
+    A broker (Redis) error while reading it is raised: the trial is not collected."""
+    from redis.exceptions import RedisError
+
+    try:
+        out = res.get(timeout=10)
+    except RedisError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a trial's own error, kept in its record
+        why = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        return TrialRecord.failed(index, params, why, t_submit, t0)
+    searcher.tell(index, out["val_loss"])
+    record = TrialRecord.from_output(index, params, out, t_submit, clock(), t0)
+    # collected: the result now lives here, not in Redis (which stays small); a broker gone at
+    # this moment is noticed by the next poll
+    try:
+        res.forget()
+    except (RedisError, OSError):
+        pass
+    return record
 
 
 def _reap_lost_workers(app, pool, running, lost, retries, send) -> None:

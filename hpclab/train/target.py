@@ -24,12 +24,17 @@ import torch
 from torch import nn
 
 from hpclab.dist import RankContext
-from hpclab.train.cost import flops_per_sample
 from hpclab.train.data import features_of, load
 from hpclab.train.optim import make_optimizer, make_schedule
 from hpclab.train.spec import TrainSpec
 from hpclab.train.step import make_model, parameter_count, train_step
-from hpclab.train.worker import batches, bucket_count, replica_divergence, time_allreduce, wrap
+from hpclab.train.worker import (
+    batches,
+    rank_fields,
+    replica_fields,
+    time_allreduce,
+    wrap,
+)
 
 GRID = 1.05  # a run to a target validates when the step count has grown by 5 %
 # Called at each validation: probe(model, step, x_train, y_train).
@@ -99,10 +104,7 @@ def train_to_target(ctx: RankContext, spec: TrainSpec, probe: Probe | None = Non
             reached = k
             break
     return {
-        "rank": ctx.rank,
-        "device": ctx.device,
-        "backend": ctx.backend,
-        "threads": ctx.threads,
+        **rank_fields(ctx),
         "first_step_at": first_step_at,
         "step_s": statistics.median(times),
         "step_s_iqr": _iqr(times),
@@ -113,10 +115,17 @@ def train_to_target(ctx: RankContext, spec: TrainSpec, probe: Probe | None = Non
         "loss_first": float("nan"),
         "loss_last": loss,
         "lr_last": opt.param_groups[0]["lr"],
-        "params": parameter_count(model),
-        "flops_per_sample": flops_per_sample(model, features_of(spec.data, spec.side)),
-        "buckets": bucket_count(net),
-        "params_max_diff": replica_divergence(ctx, net),
+        **replica_fields(ctx, spec, model, net),  # after the all-reduce above, on every rank
+        **target_fields(curve, reached, times, per_epoch),
+    }
+
+
+def target_fields(
+    curve: list[dict[str, float]], reached: int | None, times: list[float], per_epoch: int
+) -> dict[str, Any]:
+    """What a run to a target says of it: the validation ``curve``, whether and when (steps,
+    epochs, training seconds) it ``reached`` the target."""
+    return {
         "steps_per_epoch": per_epoch,
         "curve": curve,
         "val_acc_last": curve[-1]["val_acc"],

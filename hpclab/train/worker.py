@@ -130,16 +130,49 @@ def time_allreduce(ctx: RankContext, numel: int, repeat: int = 5) -> float:
     return t.median_s
 
 
-def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
-    """Train ``spec.warmup + spec.steps`` steps on this rank; return timings and checks."""
-    data = dataset(spec)
+def build_replica(ctx: RankContext, spec: TrainSpec) -> tuple[nn.Module, nn.Module]:
+    """This rank's model on its device, in the spec's memory format and with its blocks
+    checkpointed if asked, and the module that trains it: DDP around it (:func:`wrap`) when a
+    process group exists, the model itself otherwise. Returns ``(model, net)``."""
     model = make_model(spec.model, features_of(spec.data, spec.side), seed=spec.seed)
     model = model.to(ctx.device)
     if spec.memory_format == "channels_last":
         model = model.to(memory_format=torch.channels_last)
     if spec.checkpoint:
         model = Checkpointed(model, spec.checkpoint_every)
-    net = wrap(ctx, model, spec.bucket_cap_mb)
+    return model, wrap(ctx, model, spec.bucket_cap_mb)
+
+
+def compute_only_s(ctx: RankContext, spec: TrainSpec, model: nn.Module, stream) -> float:
+    """Median seconds of the same step on a private copy of ``model``: no DDP hooks, no
+    all-reduce, no waiting for peers (what a step would cost without communication)."""
+    local = copy.deepcopy(model)
+    local_opt = make_optimizer(spec.optimizer, local.parameters(), spec.lr)
+    local_scaler = grad_scaler(ctx.device, spec.dtype)
+
+    def local_step() -> None:
+        x, y = next(stream)
+        train_step(
+            local,
+            local_opt,
+            x,
+            y,
+            micro_batches=spec.micro_batches,
+            dtype=spec.dtype,
+            scaler=local_scaler,
+        )
+
+    seconds = time_fn(
+        local_step, device=ctx.device, warmup=2, repeat=spec.steps, max_time_s=float("inf")
+    ).median_s
+    ctx.barrier()
+    return seconds
+
+
+def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
+    """Train ``spec.warmup + spec.steps`` steps on this rank; return timings and checks."""
+    data = dataset(spec)
+    model, net = build_replica(ctx, spec)
     opt = make_optimizer(spec.optimizer, net.parameters(), spec.lr)
     scaler = grad_scaler(ctx.device, spec.dtype)
     stream = batches(ctx, spec, data)
@@ -167,10 +200,7 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
             max_time_s=float("inf"),
         )
     out: dict[str, Any] = {
-        "rank": ctx.rank,
-        "device": ctx.device,
-        "backend": ctx.backend,
-        "threads": ctx.threads,
+        **rank_fields(ctx),
         "step_samples_s": timing.samples_s,
         "step_s": timing.median_s,
         "step_s_iqr": timing.iqr_s,
@@ -183,32 +213,32 @@ def ddp_worker(ctx: RankContext, spec: TrainSpec) -> dict[str, Any]:
         "loss_last": losses[-1],
         "lr_last": opt.param_groups[0]["lr"],  # the rate after the schedule's last step
         "loss_scale": scaler.get_scale() if scaler is not None else 1.0,
-        "params": parameter_count(model),
-        "flops_per_sample": flops_per_sample(model, features_of(spec.data, spec.side)),
-        "buckets": bucket_count(net),
+        **replica_fields(ctx, spec, model, net),
     }
-    out["params_max_diff"] = replica_divergence(ctx, net)
     if spec.return_params:
         out["flat_params"] = flat_params(net).cpu()
     out["compute_s"] = timing.median_s
     if spec.measure_compute and ctx.distributed:
-        # The same step on a private copy: no DDP hooks, no all-reduce, no waiting for peers.
-        local = copy.deepcopy(model)
-        local_opt = make_optimizer(spec.optimizer, local.parameters(), spec.lr)
-        local_scaler = grad_scaler(ctx.device, spec.dtype)
-
-        def local_step() -> None:
-            x, y = next(stream)
-            train_step(
-                local, local_opt, x, y, micro_batches=k, dtype=spec.dtype, scaler=local_scaler
-            )
-
-        out["compute_s"] = time_fn(
-            local_step, device=ctx.device, warmup=2, repeat=spec.steps, max_time_s=float("inf")
-        ).median_s
-        ctx.barrier()
+        out["compute_s"] = compute_only_s(ctx, spec, model, stream)
     out["allreduce_s"] = time_allreduce(ctx, out["params"]) if spec.measure_allreduce else 0.0
     return out
+
+
+def rank_fields(ctx: RankContext) -> dict[str, Any]:
+    """Who this rank was: the first fields of every rank's record."""
+    return {"rank": ctx.rank, "device": ctx.device, "backend": ctx.backend, "threads": ctx.threads}
+
+
+def replica_fields(ctx: RankContext, spec: TrainSpec, model: nn.Module, net: nn.Module) -> dict:
+    """What a rank's record says of its replica: parameters, FLOPs per sample, DDP's gradient
+    buckets and ``params_max_diff`` (:func:`replica_divergence`: a collective, so every rank
+    calls this at the same point of its run)."""
+    return {
+        "params": parameter_count(model),
+        "flops_per_sample": flops_per_sample(model, features_of(spec.data, spec.side)),
+        "buckets": bucket_count(net),
+        "params_max_diff": replica_divergence(ctx, net),
+    }
 
 
 def bucket_count(net: nn.Module) -> int:

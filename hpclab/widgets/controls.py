@@ -7,7 +7,8 @@
 - a range spanning three decades or more (or ``log=True``) -> a log slider (counts read back as
   integers);
 - a panel offers only the dropdown choices its config accepts (:mod:`hpclab.widgets.panel`);
-- tuples -> comma-separated text (``auto`` accepted where 0 means it).
+- tuples -> comma-separated text (``auto`` accepted where 0 means it);
+- chapter 01's ``compare_devices`` checkbox switches its ``device`` dropdown off (:func:`link_compare`).
 
 Every control carries the CSS class :data:`CONTROL_CLASS` and ``continuous_update=False``.
 """
@@ -152,6 +153,23 @@ def make_control(field: dict[str, Any], value: Any) -> Any:
         ctl.tooltip = field["help"]
     ctl.add_class(CONTROL_CLASS)
     return ctl
+
+
+def link_compare(controls: dict[str, Any]) -> None:
+    """While the "compare devices" checkbox is ticked (the CPU and every GPU side by side), the
+    ``device`` dropdown beside it is greyed out and reads ``auto``: one device is chosen only with
+    comparing off (:class:`hpclab.compute.device.DevicesConfig`)."""
+    compare, device = controls.get("compare_devices"), controls.get("device")
+    if compare is None or device is None:
+        return
+
+    def sync(_change: Any = None) -> None:
+        if compare.value:
+            device.value = "auto"
+        device.disabled = compare.value
+
+    sync()
+    compare.observe(sync, names="value")
 
 
 def read_control(ctl: Any, default: Any, lo: float | None = None, hi: float | None = None) -> Any:

@@ -21,7 +21,7 @@ from hpclab.config import ConfigError
 from hpclab.display import load_note, plural
 from hpclab.progress import Progress
 from hpclab.results import Result
-from hpclab.widgets.controls import CONTROL_CLASS, make_control, read_control
+from hpclab.widgets.controls import CONTROL_CLASS, link_compare, make_control, read_control
 from hpclab.widgets.figure_view import FigureView
 from hpclab.widgets.runner import Runner
 
@@ -64,6 +64,7 @@ class ExperimentPanel:
                 value = ctl.value  # new options would reset it to the first one
                 ctl.options = [o for o in ctl.options if self._accepts(n, o)]
                 ctl.value = value
+        link_compare(self.controls)
         self._defaults = {n: described[n]["default"] for n in names}
         self._ranges = {n: (described[n]["min"], described[n]["max"]) for n in names}
 
@@ -123,10 +124,14 @@ class ExperimentPanel:
     def _accepts(self, name: str, option: Any) -> bool:
         """Does the config take ``option`` for ``name`` (the other settings as the panel starts)?
         A dropdown offers no value its config refuses: hardware's probe sizes below 16, the
-        what-if's ``custom`` workload beside its hidden ``scaling=preset``."""
+        what-if's ``custom`` workload beside its hidden ``scaling=preset``. A device is offered
+        for when its "compare devices" checkbox is off (:func:`link_compare`)."""
         value = option[1] if isinstance(option, tuple) else option
+        values = {**self.fixed, name: value}
+        if name == "device" and "compare_devices" in self.controls:
+            values["compare_devices"] = False
         try:
-            self.experiment.config.create(**{**self.fixed, name: value})
+            self.experiment.config.create(**values)
         except ConfigError:
             return False
         return True

@@ -18,7 +18,9 @@ def _live(result):
 def test_gemm_on_gpu_uses_datasheet_peak_and_cuda_events():
     from hpclab.compute.device import peak_gflops
 
-    res = experiments.run("gemm", device="cuda", size=(4096,), dtype=("bf16", "fp32"), repeat=5)
+    res = experiments.run(
+        "gemm", device="cuda", compare_devices=False, size=(4096,), dtype=("bf16", "fp32"), repeat=5
+    )
     for r in _live(res):
         peak, source = peak_gflops("cuda:0", r["dtype"])
         if peak:
@@ -34,7 +36,9 @@ def test_tf32_mode_is_restored_and_faster_than_fp32():
     if torch.cuda.get_device_capability()[0] < 8:
         pytest.skip("TF32 needs Ampere or newer")
     before = torch.backends.cuda.matmul.allow_tf32
-    res = experiments.run("gemm", device="cuda", size=(4096,), dtype=("fp32", "tf32"), repeat=5)
+    res = experiments.run(
+        "gemm", device="cuda", compare_devices=False, size=(4096,), dtype=("fp32", "tf32"), repeat=5
+    )
     assert torch.backends.cuda.matmul.allow_tf32 == before
     by = {r["dtype"]: r["gflops"] for r in _live(res)}
     assert by["tf32"] > 1.5 * by["fp32"]
@@ -55,7 +59,7 @@ def test_gpu_memory_guard_names_free_memory():
 
 def test_crossover_on_gpu_shows_the_async_lie():
     res = experiments.run(
-        "crossover", device="all", ops=("matmul",), matmul_sizes=(16, 4096), repeat=3
+        "crossover", compare_devices=True, ops=("matmul",), matmul_sizes=(16, 4096), repeat=3
     )
     big = next(r for r in _live(res) if r["device"] == "cuda:0" and r["size"] == 4096)
     assert big["seconds_nosync"] < 0.5 * big["seconds"]  # the clock stopped at the launch
@@ -64,7 +68,7 @@ def test_crossover_on_gpu_shows_the_async_lie():
 
 
 def test_ops_reports_cudnn_benchmark_both_ways_and_speedups():
-    res = experiments.run("ops", device="all", elements=2**20, batch=8, repeat=3)
+    res = experiments.run("ops", compare_devices=True, elements=2**20, batch=8, repeat=3)
     conv = [r for r in _live(res) if r["op"] == "conv" and r["device"] == "cuda:0"]
     assert {r["cudnn_benchmark"] for r in conv} == {False, True}
     assert all(r["speedup_vs_cpu"] > 0 for r in conv)
@@ -97,7 +101,12 @@ def test_timer_check_catches_a_missing_synchronize():
 
 def test_train_throughput_on_gpu():
     res = experiments.run(
-        "train-throughput", device="cuda", batch_size=(256,), steps=10, references=False
+        "train-throughput",
+        device="cuda",
+        compare_devices=False,
+        batch_size=(256,),
+        steps=10,
+        references=False,
     )
     (r,) = _live(res)
     assert r["device"] == "cuda:0" and r["samples_per_s"] > 0
