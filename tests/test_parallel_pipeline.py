@@ -8,11 +8,11 @@ import torch
 from hpclab.config import ConfigError
 from hpclab.parallel.pipeline import (
     SCHEDULES,
-    bubble_model,
     PassCosts,
+    bubble_model,
     extended_bubble,
-    measured_costs,
     idle_fractions,
+    measured_costs,
     schedule,
     simulate,
 )

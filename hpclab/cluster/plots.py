@@ -39,6 +39,7 @@ def plot_multinode(result: Result) -> go.Figure:
         col=2,
         showlegend=False,
     )
+    fig.update_yaxes(exponentformat="e", row=1, col=2)  # 1.5e-8, not plotly's "15n"
     fig.update_layout(title="The same DDP training: nodes x ranks per node")
     return fig
 

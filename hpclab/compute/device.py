@@ -70,32 +70,28 @@ def resolve_devices(device: str, compare: bool = False) -> list[str]:
 class DevicesConfig(Config):
     """Where a chapter-01 run measures: the base of its experiments' configs (their first two
     fields). Comparing every device is the default, so a GPU node shows its GPUs beside the CPU
-    without being asked."""
+    without being asked; naming one device (``--device cpu``) measures that one alone."""
 
     device: str = param(
         "auto",
         choices=DEVICES,
-        help="the one device when compare_devices is off: auto (GPU 0 if any, else the CPU), "
-        "cpu or cuda (GPU 0)",
+        help="auto (with compare_devices: the CPU and every visible GPU; without: GPU 0 if "
+        "any, else the CPU), cpu, or cuda (GPU 0)",
     )
     compare_devices: bool = param(
-        True, help="run the CPU and every visible GPU side by side (device stays auto)"
+        True,
+        help="with device auto, run the CPU and every visible GPU side by side (a device named "
+        "explicitly, cpu or cuda, is measured alone)",
     )
 
     def __post_init__(self) -> None:
         if self.device == "all":  # before the choices check, whose message cannot name the option
             raise ConfigError(ALL_REFUSED)
         super().__post_init__()
-        if self.compare_devices and self.device != "auto":
-            raise ConfigError(
-                f"device={self.device!r} names one device, but compare_devices=True runs the CPU "
-                "and every visible GPU side by side; allowed: compare_devices=False "
-                f"(--no-compare-devices) with device={self.device!r}, or device='auto'"
-            )
 
     def devices(self) -> list[str]:
         """The devices this run measures, CPU first (see :func:`resolve_devices`)."""
-        return resolve_devices(self.device, self.compare_devices)
+        return resolve_devices(self.device, self.compare_devices and self.device == "auto")
 
 
 def gpu_facts(device: str) -> dict[str, Any]:
