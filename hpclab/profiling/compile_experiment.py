@@ -33,6 +33,7 @@ from torch import nn
 
 from hpclab.config import Config, param
 from hpclab.display import figure
+from hpclab.dist.placement import DEVICES
 from hpclab.measure.timing import time_fn
 from hpclab.progress import Progress
 from hpclab.results import Result, load_reference, make_result
@@ -49,7 +50,7 @@ class CompileConfig(Config):
     modes: tuple = param(("default",), choices=MODES, help="torch.compile modes beside eager")
     steps: int = param(20, min=2, max=10000, quick=6, help="timed steps per mode")
     graph_break: bool = param(False, help="plant a graph break: a Python branch on a tensor value")
-    device: str = param("cpu", choices=("cpu", "cuda"), help="cpu, or cuda (GPU 0)")
+    device: str = param("cpu", choices=DEVICES, help="cpu, cuda (GPU 0) or auto")
     references: bool = param(True, help="add this course's H200 run (bf16 transformer)")
 
 

@@ -9,6 +9,7 @@ files for the real viewers: ``.prof`` (SnakeViz, ``python -m pstats``) and the C
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import tempfile
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import plotly.graph_objects as go
 
 from hpclab.config import Config, ConfigError, param
 from hpclab.display import figure
+from hpclab.dist.placement import DEVICES
 from hpclab.private import private_dir
 from hpclab.profiling import cprofile_tree, line_tool, memory_tool, torch_tool
 from hpclab.profiling.patient import EncodedImages, parse_faults, train
@@ -35,7 +37,9 @@ class ProfileConfig(Config):
     steps: int = param(200, min=5, max=20000, quick=40, help="training steps profiled")
     top: int = param(12, min=1, max=200, help="rows kept in the top table")
     active: int = param(5, min=1, max=20, help="torch: steps traced (the trace is capped)")
-    device: str = param("cpu", choices=("cpu", "cuda"), help="where the patient trains")
+    device: str = param(
+        "cpu", choices=DEVICES, help="where the patient trains: cpu, cuda (GPU 0) or auto"
+    )
     out: str = param("", help="folder for .prof / trace files ('' = the hpclab cache)")
 
     def check(self) -> None:
@@ -133,7 +137,9 @@ RUNNERS = {
 def run_profile(config: ProfileConfig, progress: Progress) -> Result:
     from hpclab.dist import place
 
-    place(1, config.device)  # the library's one refusal when device='cuda' finds no GPU
+    # placement decides (and refuses device='cuda' without a GPU in one line); auto resolves
+    where = place(1, config.device).devices[0]
+    config = dataclasses.replace(config, device="cuda" if where.startswith("cuda") else "cpu")
     progress.update(0, 2, "warm-up")
     train(config.fault, steps=5, device=config.device)  # imports and first allocations
 
