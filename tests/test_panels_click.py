@@ -168,6 +168,19 @@ def shows_algorithms(p, algorithms):
             assert list(line.y) == pytest.approx([r["model_seconds"] for r in mine])
 
 
+def shows_hang(p, bad):
+    """Every run planted the fault on ``bad``; one bar per run, labelled with the rank it named,
+    and the tool made for the fault names the planted rank."""
+    recs = p.results[-1].records
+    assert recs and {r["culprit"] for r in recs} == {bad}
+    (bars,) = traces(p, type="bar")
+    assert list(bars.y) == pytest.approx([r["seconds"] for r in recs])
+    assert list(bars.text) == [
+        f"named rank {r['named_rank']} ({'right' if r['found'] else 'wrong'})" for r in recs
+    ]
+    assert recs[1]["named_rank"] == bad  # monitored_barrier / TORCH_DISTRIBUTED_DEBUG=DETAIL
+
+
 def shows_time_to_target(p, rule):
     (rec,) = [r for r in p.results[-1].records if r["tier"] == "live"]
     assert p.results[-1].config["lr_rule"] == rule and "steps_to_target" in rec
@@ -308,6 +321,11 @@ CASES = {
         "algorithm", ("ring", "tree", "doubling", "ring,doubling"), shows_algorithms,
         typed("algorithm", "ring,butterfly", "is not allowed; allowed: one of builtin, ring"),
         cheap={"min_bytes": 1024, "max_bytes": 16384},
+    ),
+    "hang": Case(
+        lambda: panel("hang", fields=("fault", "ranks", "bad_rank", "timeout_s"), run_now=False),
+        "bad_rank", (0, 2, 1, 2), shows_hang, setting(bad_rank=5),
+        cheap={"fault": "shape", "ranks": 3, "timeout_s": 1.0},
     ),
     "scaling-model": Case(
         lambda: panel("scaling-model", fields=("workload", "link", "network", "gpus_per_node",

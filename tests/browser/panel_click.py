@@ -39,6 +39,7 @@ MORE_CLICKS = {
     "06_data_parallel": [
         ("lr rule", "linear"),  # section 8's time-to-accuracy view
         ("algorithm", "tree"),  # section 5's all-reduce algorithms, measured beside the model
+        ("fault", "shape"),  # section 7's planted hang
     ],
     "08_search_autotuning": [("eta", "2")],  # section 6's ASHA view
 }
