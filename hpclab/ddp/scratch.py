@@ -5,9 +5,11 @@ a peer's data into a buffer before adding it. A fresh ``torch.empty_like`` per c
 for big CPU messages: whether the allocator hands back the block it freed last call or maps new
 memory depends on what else was allocated in between (glibc maps blocks of this size straight
 from the kernel and may return them on free). New memory costs one page fault per 4 KiB page on
-the first write, the ``recv``: 4096 faults and 16 MiB zeroed by the kernel per call at 16 MiB,
-measured here at 8.8 ms for allocate + fill + add against 2.7-3.7 ms with a reused buffer (one
-process, 2-core VM). Keeping one buffer per process makes the cost the same every call.
+the first write, the ``recv``: 4096 faults and 16 MiB zeroed by the kernel per call at 16 MiB.
+Measured here (one process, 2-core VM): a loop of allocate, fill, add and free took 4096 faults
+and 8.8 ms a call against 2.7-3.7 ms with a reused buffer; in other patterns (two gloo ranks
+alternating algorithms, as benchmarks/collectives.py does) the allocator reused the block and
+took none. One buffer per process makes the cost the same every call, whatever ran before.
 
 One buffer per (dtype, device) in each rank's process, grown to the largest message seen; the
 collectives of one process group run one after another, so no two calls use it at once. CUDA
