@@ -157,3 +157,18 @@ def test_allreduce_experiment_algorithms_records():
     }
     one = experiments.run("allreduce", ranks=2, min_bytes=2**20, max_bytes=2**20, algorithm="tree")
     assert {r["algorithm"] for r in one.records} == {"tree"}
+
+
+def test_receive_buffer_is_reused_and_grown():
+    # the hand-written all-reduces receive into one buffer per process: no new pages per call
+    from hpclab.ddp.scratch import receive_buffer
+
+    x = torch.zeros(10)
+    a = receive_buffer(x, 1000)
+    assert a.shape == (1000,) and a.dtype == torch.float32 and a.is_contiguous()
+    assert receive_buffer(x, 1000).data_ptr() == a.data_ptr()  # the same memory next call
+    assert receive_buffer(x, 10).data_ptr() == a.data_ptr()  # a smaller message: a view of it
+    big = receive_buffer(x, 5000)  # a bigger one: grown, then reused
+    assert big.numel() == 5000 and receive_buffer(x, 5000).data_ptr() == big.data_ptr()
+    other = receive_buffer(torch.zeros(3, dtype=torch.float64), 1000)
+    assert other.dtype == torch.float64 and other.data_ptr() != big.data_ptr()

@@ -80,6 +80,16 @@ def setting(**values: Any) -> Callable[[Any], str]:
     return set_bad
 
 
+def typed(name: str, value: str, expected: str) -> Callable[[Any], str]:
+    """An invalid value typed into a text control; the status must say ``expected``."""
+
+    def set_bad(p) -> str:
+        p.controls[name].value = value
+        return expected
+
+    return set_bad
+
+
 @dataclass
 class Case:
     build: Callable[[], Any]  # the notebook's call, run_now=False
@@ -138,6 +148,37 @@ def shows_ddp(p, model):
     assert live and {r["model"] for r in live} == {model}
     (thru, _eff) = traces(p, name=f"{model}, weak (live)")
     assert sorted(thru.x) == sorted(r["ranks"] for r in live)
+
+
+def shows_algorithms(p, algorithms):
+    """Each algorithm's measured times are its dots in the time panel, its model's fitted times
+    the line beside them."""
+    res = p.results[-1]
+    live = [r for r in res.records if r["tier"] == "live"]
+    assert {r["algorithm"] for r in live} == set(algorithms)
+    ranks = f"{res.config['ranks']} ranks"
+    for a in algorithms:
+        mine = sorted((r for r in live if r["algorithm"] == a), key=lambda r: r["bytes"])
+        impl = "dist.all_reduce" if a == "builtin" else f"{a} (send/recv)"
+        _busbw, dots = traces(p, name=f"{impl}, {ranks} (live)")
+        assert list(dots.x) == [r["bytes"] for r in mine]
+        assert list(dots.y) == pytest.approx([r["time_s"] for r in mine])
+        if a != "builtin":
+            _busbw, line = traces(p, name=f"{a} model, {ranks} (model)")
+            assert list(line.y) == pytest.approx([r["model_seconds"] for r in mine])
+
+
+def shows_hang(p, bad):
+    """Every run planted the fault on ``bad``; one bar per run, labelled with the rank it named,
+    and the tool made for the fault names the planted rank."""
+    recs = p.results[-1].records
+    assert recs and {r["culprit"] for r in recs} == {bad}
+    (bars,) = traces(p, type="bar")
+    assert list(bars.y) == pytest.approx([r["seconds"] for r in recs])
+    assert list(bars.text) == [
+        f"named rank {r['named_rank']} ({'right' if r['found'] else 'wrong'})" for r in recs
+    ]
+    assert recs[1]["named_rank"] == bad  # monitored_barrier / TORCH_DISTRIBUTED_DEBUG=DETAIL
 
 
 def shows_time_to_target(p, rule):
@@ -275,6 +316,19 @@ CASES = {
         lambda: time_to_accuracy_panel(run_now=False),
         "lr_rule", ("sqrt", "linear", "none", "linear"), shows_time_to_target,
         setting(warmup_epochs=5.0), cheap={"ranks": 1},
+    ),
+    "allreduce algorithms": Case(
+        lambda: panel("allreduce", fields=("algorithm", "ranks", "min_bytes", "max_bytes"),
+                      fixed={"algorithm": ("builtin", "ring", "tree", "doubling"),
+                             "min_bytes": 1024, "max_bytes": 4 * 2**20}, run_now=False),
+        "algorithm", ("ring", "tree", "doubling", "ring,doubling"), shows_algorithms,
+        typed("algorithm", "ring,butterfly", "is not allowed; allowed: one of builtin, ring"),
+        cheap={"min_bytes": 1024, "max_bytes": 16384},
+    ),
+    "hang": Case(
+        lambda: panel("hang", fields=("fault", "ranks", "bad_rank", "timeout_s"), run_now=False),
+        "bad_rank", (0, 2, 1, 2), shows_hang, setting(bad_rank=5),
+        cheap={"fault": "shape", "ranks": 3, "timeout_s": 1.0},
     ),
     "scaling-model": Case(
         lambda: panel("scaling-model", fields=("workload", "link", "network", "gpus_per_node",

@@ -27,6 +27,7 @@ from collections.abc import Callable
 import torch
 
 from hpclab.ddp.ring import ring_allreduce
+from hpclab.ddp.scratch import receive_buffer
 
 
 def _exchange(send: torch.Tensor, recv: torch.Tensor, peer: int) -> None:
@@ -46,7 +47,7 @@ def tree_allreduce(tensor: torch.Tensor, rank: int, world_size: int) -> torch.Te
     if n == 1 or tensor.numel() == 0:
         return tensor
     flat = tensor.view(-1)
-    box = torch.empty_like(flat)
+    box = receive_buffer(flat, flat.numel())  # reused: no new pages per call
     mask = 1
     while mask < n:  # reduce: children send up, parents add
         if rank & mask:
@@ -75,7 +76,7 @@ def doubling_allreduce(tensor: torch.Tensor, rank: int, world_size: int) -> torc
     if n == 1 or tensor.numel() == 0:
         return tensor
     flat = tensor.view(-1)
-    box = torch.empty_like(flat)
+    box = receive_buffer(flat, flat.numel())  # reused: no new pages per call
     pof2 = 1 << (n.bit_length() - 1)  # largest power of two <= n
     extra = n - pof2
     # Fix-up in: among ranks < 2*extra, even ranks fold into their odd neighbour and sit out.

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from hpclab.config import Config, param
+from hpclab.ddp.scratch import receive_buffer
 from hpclab.dist import RankContext
 from hpclab.measure.timing import time_fn
 from hpclab.progress import Progress
@@ -37,7 +38,7 @@ def ring_allreduce(tensor: torch.Tensor, rank: int, world_size: int) -> torch.Te
     flat = tensor.view(-1)  # a view: chunks below write straight into ``tensor``
     chunks = list(flat.tensor_split(n))  # n views, sizes differ by at most one element
     right, left = (rank + 1) % n, (rank - 1) % n
-    incoming = torch.empty_like(chunks[0])
+    incoming = receive_buffer(flat, chunks[0].numel())  # reused: no new pages per call
     for s in range(n - 1):  # reduce-scatter
         send_i, recv_i = (rank - s) % n, (rank - s - 1) % n
         box = incoming[: chunks[recv_i].numel()]
@@ -45,13 +46,11 @@ def ring_allreduce(tensor: torch.Tensor, rank: int, world_size: int) -> torch.Te
         dist.recv(box, src=left)
         req.wait()
         chunks[recv_i].add_(box)
-    for s in range(n - 1):  # all-gather
+    for s in range(n - 1):  # all-gather: a finished chunk replaces ours, so receive in place
         send_i, recv_i = (rank + 1 - s) % n, (rank - s) % n
-        box = incoming[: chunks[recv_i].numel()]
         req = dist.isend(chunks[send_i].contiguous(), dst=right)
-        dist.recv(box, src=left)
+        dist.recv(chunks[recv_i], src=left)  # a contiguous view of ``flat``: no copy after
         req.wait()
-        chunks[recv_i].copy_(box)
     return tensor
 
 

@@ -36,7 +36,11 @@ CLICKS = {
 MORE_CLICKS = {
     "03_profiling": [("batch size", "32")],  # section 8's torch.compile panel
     "04_storage": [("epochs", "4")],  # section 3's loader knobs
-    "06_data_parallel": [("lr rule", "linear")],  # section 8's time-to-accuracy view
+    "06_data_parallel": [
+        ("lr rule", "linear"),  # section 8's time-to-accuracy view
+        ("algorithm", "tree"),  # section 5's all-reduce algorithms, measured beside the model
+        ("fault", "shape"),  # section 7's planted hang
+    ],
     "08_search_autotuning": [("eta", "2")],  # section 6's ASHA view
 }
 
