@@ -38,6 +38,7 @@ MORE_CLICKS = {
     "04_storage": [("epochs", "4")],  # section 3's loader knobs
     "06_data_parallel": [("lr rule", "linear")],  # section 8's time-to-accuracy view
     "08_search_autotuning": [("eta", "2")],  # section 6's ASHA view
+    "09_sharding": [("gpus per node", "4")],  # section 3's planner, its HSDP bar
 }
 
 # The output holding the first panel: controls and a Run button.
