@@ -201,7 +201,8 @@ def summary(result: Result) -> str:
     rec = next(r for r in result.records if r["chosen"])
     verdict = "fits" if rec["fits"] else "does NOT fit"
     return (
-        f"{cfg['params_b']:g} B parameters on {cfg['gpus']} x {cfg['device']}, "
+        f"{cfg['params_b']:g} B parameters on {cfg['gpus']} x {cfg['device']} "
+        f"({cfg.get('gpus_per_node', 8)} a node), "
         f"{rec['strategy']}: {rec['total_gb']:.1f} GB per device {verdict} in "
         f"{rec['capacity_gb']:.0f} GB; the largest that fits: {rec['largest_params_b']:.3g} B"
     )
@@ -214,7 +215,8 @@ def plot_plan(result: Result):
     from plotly.subplots import make_subplots
 
     rows = result.records
-    names = [("▶ " if r["chosen"] else "") + r["strategy"] for r in rows]
+    # short names ("ZeRO-2", "HSDP"): two panels side by side leave no room for the long ones
+    names = [("▶ " if r["chosen"] else "") + r["strategy"].split(" (")[0] for r in rows]
     fig = make_subplots(rows=1, cols=2, column_widths=[0.6, 0.4], subplot_titles=(
         "GB per device (model)", "GB sent per device per step (model)"))  # fmt: skip
     for kind in ("params", "grads", "optimizer", "activations"):
@@ -223,9 +225,11 @@ def plot_plan(result: Result):
         x=names, y=[rows[0]["capacity_gb"]] * len(rows), mode="lines", name="capacity",
         line={"dash": "dash", "color": "black"}, row=1, col=1,
     )  # fmt: skip
-    for where in ("intra_node", "inter_node"):
-        fig.add_bar(x=names, y=[r[f"{where}_gb_per_step"] for r in rows], row=1, col=2,
-                    name=where.replace("_", "-").replace("intra-node", "inside a node")
-                    .replace("inter-node", "across nodes"))  # fmt: skip
+    for where, name, color in (
+        ("intra_node", "sent inside a node", "#a6cee3"),
+        ("inter_node", "sent across nodes", "#1f78b4"),
+    ):
+        fig.add_bar(x=names, y=[r[f"{where}_gb_per_step"] for r in rows], name=name,
+                    marker_color=color, row=1, col=2)  # fmt: skip
     fig.update_layout(barmode="stack", title=summary(result), height=460, title_font_size=13)
     return fig
