@@ -10,7 +10,7 @@ gathered weight and ``g`` bytes a reduced gradient, on ``N`` ranks (Rajbhandari 
                                                     reduce-scatter of the gradients: 1.5x DDP)
     torch's ZeRO-1        3 (N-1)/N  g Psi         (DDP's all-reduce, then broadcasts)
 
-**HSDP** (hybrid sharding: Zhao et al. 2023 §3.2.2, "hybrid sharding"; PyTorch's ``fully_shard``
+**HSDP** (hybrid sharding: Zhao et al. 2023, "PyTorch FSDP", §3.2; PyTorch's ``fully_shard``
 on a 2-D ``DeviceMesh`` with dimensions ``("replicate", "shard")``) splits the N = R x S ranks
 into R replicas (the nodes) of S ranks (a node's GPUs): ZeRO-3 inside each node, and each shard
 all-reduced across the R replicas::

@@ -164,18 +164,13 @@ def fsdp_worker(ctx: RankContext, spec: TrainSpec, cfg: FsdpConfig) -> list[dict
     return out
 
 
-def model_comm_bytes(strategy: str, params: int, ranks: int, nodes: int = 1) -> dict[str, float]:
-    """Rajbhandari et al. 2020 §7 and HSDP's split (:func:`hpclab.sharding.comm_model.comm_bytes`):
-    fp32 (4-byte) gradients and weights, bf16 all-gathers for ``zero3-bf16``."""
-    return comm_bytes(strategy, params, ranks, nodes)
-
-
 def run_fsdp(config: FsdpConfig, progress: Progress) -> Result:
     from hpclab.dist import place
     from hpclab.measure.sysinfo import usable_cores
 
     spec = _spec(config)
-    if config.launch == "slurm":
+    job, where = None, {}
+    if config.launch == "slurm":  # chapter 07's path: srun one torchrun per node
         from hpclab.cluster import local
         from hpclab.cluster.multinode import Torchrun
         from hpclab.cluster.runner import require_cluster
@@ -183,12 +178,12 @@ def run_fsdp(config: FsdpConfig, progress: Progress) -> Result:
         cluster = require_cluster()
         job = Torchrun(cluster, local.site_profile(cluster), config.nodes,
                        config.ranks // config.nodes)  # fmt: skip
-        outs = run_spec(spec, config.ranks, worker=fsdp_worker, args=(config,), device="cpu",
-                        progress=progress, launch=job, deadline=300.0)  # fmt: skip
+        where = {"launch": job, "deadline": 300.0}
+    outs = run_spec(spec, config.ranks, worker=fsdp_worker, args=(config,), device="cpu",
+                    progress=progress, **where)  # fmt: skip
+    if job is not None:
         note = f"{config.nodes} Slurm nodes x {config.ranks // config.nodes} ranks (job {job.jobs[-1]})"
     else:
-        outs = run_spec(spec, config.ranks, worker=fsdp_worker, args=(config,), device="cpu",
-                        progress=progress)  # fmt: skip
         note = place(config.ranks, "cpu").note
         if config.nodes > 1:
             note += (f"; {config.nodes} nodes stood for on this machine: ranks "
@@ -201,7 +196,8 @@ def run_fsdp(config: FsdpConfig, progress: Progress) -> Result:
         if strategy not in config.strategy:
             continue
         per_rank = [o[k] for o in outs]
-        model_comm = model_comm_bytes(strategy, params, config.ranks, config.nodes)
+        # Rajbhandari et al. 2020 §7, and HSDP's split: fp32 weights and gradients
+        model_comm = comm_bytes(strategy, params, config.ranks, config.nodes)
         shards = shard_ranks(strategy, config.ranks, config.nodes)
         records.append(
             {
