@@ -92,6 +92,24 @@ def test_zero_memory(fn, fragment):
 
 
 @pytest.mark.parametrize(
+    ("fn", "fragment"),
+    [
+        (lambda p, r, s: 2 * (r - 1) / r * 2 * p / s, None),
+        (lambda p, r, s: 3 * (r * s - 1) / (r * s) * 2 * p, "ZeRO-3 over every GPU"),
+        (lambda p, r, s: 2 * (r - 1) / r * 2 * p, "all-reduced the whole gradient"),
+        (lambda p, r, s: 2 * (r * s - 1) / (r * s) * 2 * p / s, "n is the number of nodes"),
+        (lambda p, r, s: 2 * (r - 1) / r * 4 * p / s, "expected"),  # fp32 gradients
+    ],
+)
+def test_hsdp_inter_node(fn, fragment):
+    res = check.hsdp_inter_node(fn)
+    if fragment is None:
+        assert res.passed and "3.3 GB per GPU" in res.message, res.message
+    else:
+        assert not res.passed and fragment in res.message, res.message
+
+
+@pytest.mark.parametrize(
     ("answer", "fragment"),
     [(2, None), (1, "more than the A100's 40 GB"), (3, "a lower stage does too"),
      (4, "does not exist"), ("two", "should be a number")],

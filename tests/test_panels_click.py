@@ -226,7 +226,7 @@ def shows_fsdp(p, depth):
 def shows_plan(p, gpus):
     assert p.results[-1].config["gpus"] == gpus
     assert f"on {gpus} x " in p.figure.layout.title.text
-    assert len(traces(p, name="capacity")[0].x) == 4  # one bar per ZeRO stage
+    assert len(traces(p, name="capacity")[0].x) == 5  # one bar per ZeRO stage, and HSDP's
 
 
 def shows_compile(p, batch):
@@ -363,7 +363,8 @@ CASES = {
     ),
     "zero-plan": Case(
         lambda: panel("zero-plan", fields=("params_b", "gpus", "stage", "precision",
-                      "checkpointing", "micro_batch", "device"), live=True, run_now=False),
+                      "checkpointing", "micro_batch", "device", "gpus_per_node"), live=True,
+                      run_now=False),
         "gpus", (8, 64, 16, 32), shows_plan, beyond_max("stage"),
     ),
 }  # fmt: skip

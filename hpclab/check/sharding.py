@@ -1,4 +1,5 @@
-"""Checks for chapter 09 part 2's exercises: ZeRO-1 by hand, the ZeRO memory formula, a plan."""
+"""Checks for chapter 09 part 2's exercises: ZeRO-1 by hand, the ZeRO memory formula, a plan,
+a sharded checkpoint onto another world, and what HSDP sends across nodes."""
 
 from __future__ import annotations
 
@@ -156,6 +157,42 @@ def zero_memory(fn: Callable[..., Any]) -> CheckResult:
         lambda c, got, want: f"zero_gb{c} = {got:.4g} GB, expected {want:.4g} GB: per "
         "parameter 2 bytes of weight, 2 of gradient, 12 of optimizer state; stage s divides "
         "the first s of (optimizer, gradient, weight) by N_d",
+    )  # fmt: skip
+
+
+def hsdp_inter_reference(psi_b: float, nodes: int, per_node: int) -> float:
+    from hpclab.sharding.comm_model import comm_bytes
+
+    sent = comm_bytes("hsdp", psi_b * 1e9, nodes * per_node, nodes, weight=2, grad=2)
+    return sent["inter_node"] / 1e9
+
+
+HSDP_CASES = ((7.5, 8, 8), (7.5, 2, 8), (70.0, 16, 8), (1.5, 4, 4), (13.0, 3, 4))
+HSDP_MISTAKES = (
+    (lambda p, r, s: 3 * (r * s - 1) / (r * s) * 2 * p, "that is ZeRO-3 over every GPU: under "
+     "HSDP the all-gathers and reduce-scatters stay inside a node; only the all-reduce of each "
+     "GPU's shard of the gradient crosses"),
+    (lambda p, r, s: 2 * (r - 1) / r * 2 * p, "you all-reduced the whole gradient across "
+     "nodes, as DDP does: each GPU all-reduces only its 1/per_node shard"),
+    (lambda p, r, s: 2 * (r * s - 1) / (r * s) * 2 * p / s, "the ring's 2 (n-1)/n counts the "
+     "ranks that all-reduce one shard: one GPU a node, so n is the number of nodes, not of GPUs"),
+    (lambda p, r, s: (r - 1) / r * 2 * p / s, "an all-reduce sends twice (n-1)/n of its payload "
+     "(a reduce-scatter, then an all-gather)"),
+)  # fmt: skip
+
+
+@exercise_check
+def hsdp_inter_node(fn: Callable[..., Any]) -> CheckResult:
+    """``fn(psi_b, nodes, per_node)``: GB one GPU sends across nodes per step under HSDP
+    (bf16 gradients, 2 bytes)."""
+    return formula_check(
+        fn, HSDP_CASES, "hsdp_inter_gb", hsdp_inter_reference, HSDP_MISTAKES,
+        "only each GPU's 1/per_node shard is all-reduced across the nodes: 3.3 GB per GPU and "
+        "step for 7.5 B parameters on 8 nodes of 8, where ZeRO-3 over all 64 sends 44 GB over "
+        "the same links.",
+        lambda c, got, want: f"hsdp_inter_gb{c} = {got:.4g} GB, expected {want:.4g} GB: a ring "
+        "all-reduce of a B-byte shard over n nodes sends 2 (n-1)/n B per GPU; the shard is "
+        "2 bytes x Psi / per_node",
     )  # fmt: skip
 
 

@@ -3,8 +3,9 @@
 The job asks for ``nodes`` nodes with one task each; ``srun`` starts one ``torchrun`` per node
 (``--nnodes N --nproc-per-node R``), the torchrun launchers meet (c10d rendezvous), and every
 rank runs :func:`hpclab.train.ddp_worker` (the same function chapter 06 launches on one
-machine) through :func:`hpclab.dist.torchrun.torchrun_context`. Rank 0 writes its timings and
-final weights into the job directory.
+machine) through :func:`hpclab.dist.torchrun.torchrun_context`. Rank 0 gathers every rank's
+result and writes them into the job directory. Any importable worker runs the same way
+(chapter 09's ``fsdp --launch slurm`` sends :func:`hpclab.sharding.fsdp_experiment.fsdp_worker`).
 
 Where the launchers meet, and who can reach it:
 
@@ -30,14 +31,15 @@ process, one rank with the combined batch (N*R x the per-rank batch). Records ca
 ``samples_per_s``, ``step_s`` and ``params_max_diff`` (largest |weight - one process's weight|;
 data parallel training equals one process with the combined batch, up to float rounding).
 
-Run by hand: ``python -m hpclab.cluster.multinode SPEC_JSON OUT_DIR`` under ``torchrun``.
+Run by hand: ``python -m hpclab.cluster.multinode TASK_PICKLE OUT_DIR`` under ``torchrun``
+(``TASK_PICKLE``: ``(worker, args)`` as :func:`run_layout` writes it).
 """
 
 from __future__ import annotations
 
-import json
+import pickle
 import sys
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -132,13 +134,33 @@ def job_spec(nodes: int, ranks_per_node: int, cores_per_node: int) -> JobSpec:
 def run_layout(
     cluster, site, spec: TrainSpec, nodes: int, rpn: int, progress: Progress, timeout_s: float = 300
 ) -> dict:
-    """One training job with ``nodes`` x ``rpn`` ranks; rank 0's output and weights."""
+    """One DDP training job with ``nodes`` x ``rpn`` ranks; rank 0's output and weights."""
+    run = run_job(cluster, site, spec, nodes, rpn, progress, timeout_s)
+    return {**run["ranks"][0], "job_id": run["job_id"], "restarts": run["restarts"]}
+
+
+def run_job(
+    cluster,
+    site,
+    spec: Any,
+    nodes: int,
+    rpn: int,
+    progress: Progress,
+    timeout_s: float = 300,
+    *,
+    worker=ddp_worker,
+    args: tuple = (),
+) -> dict:
+    """One job with ``nodes`` x ``rpn`` ranks running ``worker(ctx, spec, *args)``: every
+    rank's result (``ranks``, by rank), the job's id and its requeues."""
     from hpclab.cluster.runner import new_workdir
 
     work = new_workdir(f"ddp-{nodes}x{rpn}")
-    (work / "spec.json").write_text(json.dumps(asdict(spec)))
+    # the job's private directory (0700): the worker by reference, its arguments by value
+    with open(work / "task.pkl", "wb") as f:
+        pickle.dump((worker, (spec, *args)), f)
     store_dir = str(work) if site.name == "local" else None
-    cmds = torchrun_commands(rpn, f"{work / 'spec.json'} {work}", store_dir)
+    cmds = torchrun_commands(rpn, f"{work / 'task.pkl'} {work}", store_dir)
     job = submit(
         cluster, site, job_spec(nodes, rpn, site.partition(None).cpus_per_node), cmds, workdir=work
     )
@@ -157,24 +179,24 @@ def run_layout(
         raise RankError(blame.rank, nodes * rpn, blame.summary, consequences=(
             *blame.consequences, f"job {job.job_id} cancelled; its log: {job.log_path()}"),
             raised=False)  # fmt: skip
-    state = job.result(timeout_s=60, progress=progress, output=work / "rank0.json")
-    out = json.loads((work / "rank0.json").read_text())
-    out["flat_params"] = torch.load(work / "params.pt")
-    out["job_id"], out["restarts"] = job.job_id, state.restarts
-    return out
+    state = job.result(timeout_s=60, progress=progress, output=work / "ranks.pt")
+    ranks = torch.load(work / "ranks.pt", weights_only=False)  # written by this user's job
+    return {"ranks": ranks, "job_id": job.job_id, "restarts": state.restarts}
 
 
 @dataclass(frozen=True)
 class Torchrun:
     """A launch strategy for :func:`hpclab.train.run_spec`: one Slurm job of ``nodes`` nodes,
-    ``srun`` one torchrun per node with ``ranks_per_node`` ranks. Each rank runs
-    :func:`hpclab.train.ddp_worker` on the spec (sent as JSON); torchrun places the ranks, and
-    only rank 0's result comes back (with its final weights), as a one-item list."""
+    ``srun`` one torchrun per node with ``ranks_per_node`` ranks. Each rank runs the worker
+    (an importable function: :func:`hpclab.train.ddp_worker` or another) on the spec and its
+    arguments (pickled into the job's private directory); torchrun places the ranks, and every
+    rank's result comes back, by rank. ``jobs``: the Slurm job ids submitted, in order."""
 
     cluster: Any
     site: Any
     nodes: int
     ranks_per_node: int
+    jobs: list = field(default_factory=list, compare=False)
 
     def __call__(
         self, worker, ranks, *, args, device, threads, cpus, progress, deadline, timeout_s
@@ -184,14 +206,15 @@ class Torchrun:
                 f"ranks={ranks}; allowed: nodes x ranks_per_node = "
                 f"{self.nodes * self.ranks_per_node}"
             )
-        if worker is not ddp_worker or len(args) != 1 or cpus is not None:
-            raise ValueError("torchrun runs hpclab.train.ddp_worker on one TrainSpec, no cpus=")
-        return [
-            run_layout(
-                self.cluster, self.site, args[0], self.nodes, self.ranks_per_node,
-                progress or Progress(), 300.0 if deadline is None else deadline,
-            )
-        ]  # fmt: skip
+        if cpus is not None:
+            raise ValueError("cpus=None: torchrun places the ranks on each node")
+        run = run_job(
+            self.cluster, self.site, args[0], self.nodes, self.ranks_per_node,
+            progress or Progress(), 300.0 if deadline is None else deadline,
+            worker=worker, args=args[1:],
+        )  # fmt: skip
+        self.jobs.append(run["job_id"])
+        return run["ranks"]
 
 
 def run_multinode(config: MultinodeConfig, progress: Progress) -> Result:
@@ -210,14 +233,14 @@ def run_multinode(config: MultinodeConfig, progress: Progress) -> Result:
     for i, (n, r) in enumerate(layouts, start=1):
         progress.update(i, total, f"{n} node(s) x {r} ranks")
         job = Torchrun(cluster, site, n, r)
-        (out,) = run_spec(spec, n * r, launch=job, deadline=300.0, progress=progress)
+        out = run_spec(spec, n * r, launch=job, deadline=300.0, progress=progress)[0]
         records.append(
             {
                 "layout": f"{n}x{r}",
                 "nodes": n,
                 "ranks_per_node": r,
                 "world": n * r,
-                "job_id": out["job_id"],
+                "job_id": job.jobs[-1],
                 "step_s": out["step_s"],
                 "samples_per_s": spec.per_rank_batch * n * r / out["step_s"],
                 "params_max_diff": float((out["flat_params"] - ref).abs().max()),
@@ -242,18 +265,22 @@ def run_multinode(config: MultinodeConfig, progress: Progress) -> Result:
 
 
 def main(argv: list[str]) -> None:
-    """One rank under torchrun: train, and rank 0 writes rank0.json and params.pt to OUT_DIR."""
+    """One rank under torchrun: run the task; rank 0 writes every rank's result to OUT_DIR."""
+    import torch.distributed as dist
+
     from hpclab.dist.torchrun import torchrun_context
 
-    spec = TrainSpec(**json.loads(Path(argv[0]).read_text()))
+    with open(argv[0], "rb") as f:
+        worker, args = pickle.load(f)  # the job's own private file (run_layout wrote it)
     out_dir = Path(argv[1])
     with torchrun_context() as ctx:
-        out = ddp_worker(ctx, spec)
+        out = worker(ctx, *args)
+        ranks = [None] * ctx.world_size if ctx.is_main else None
+        dist.gather_object(out, ranks, dst=0)
         if ctx.is_main:
-            torch.save(out.pop("flat_params"), out_dir / "params.pt")
-            tmp = out_dir / "rank0.json.tmp"
-            tmp.write_text(json.dumps(out))
-            tmp.rename(out_dir / "rank0.json")
+            tmp = out_dir / "ranks.pt.tmp"
+            torch.save(ranks, tmp)
+            tmp.rename(out_dir / "ranks.pt")
 
 
 if __name__ == "__main__":

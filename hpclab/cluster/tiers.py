@@ -32,7 +32,7 @@ def job_script(name: str, site: str = "local") -> str:
         text = render(hello_spec(HelloConfig(nodes=2)), prof, [REPORT])
     elif name == "ddp-multinode":
         cores = prof.partition(None).cpus_per_node
-        cmds = torchrun_commands(2, "$WORK/spec.json $WORK")
+        cmds = torchrun_commands(2, "$WORK/task.pkl $WORK")
         text = render(job_spec(2, 2, cores), prof, cmds)
     elif name == "requeue":
         cfg = RequeueConfig()

@@ -13,8 +13,15 @@ trains it on the same batches (its ``DistributedSampler`` share) with Adam throu
 - ``peak_bytes_per_rank``: the most bytes alive at once during one probed step
   (:class:`hpclab.sharding.probe.StepProbe`), activations and gathered parameters included;
 - ``comm_bytes_per_step``: what one rank sends in that step, from each collective's payload
-  (chapter 06's :class:`~hpclab.parallel.tensor_parallel.CommTally`, counted as a ring sends it),
-  beside ``model_comm_bytes`` (2 (N-1)/N x 4P for DDP, ZeRO-1 and -2; 3 (N-1)/N x 4P for ZeRO-3);
+  (chapter 06's :class:`~hpclab.parallel.tensor_parallel.CommTally`, counted as a ring of the
+  collective's group sends it), beside ``model_comm_bytes`` (2 (N-1)/N x 4P for DDP, ZeRO-1 and
+  -2; 3 (N-1)/N x 4P for ZeRO-3: :mod:`hpclab.sharding.comm_model`); split into
+  ``comm_bytes_intra_node`` and ``comm_bytes_inter_node`` by the process group each collective
+  ran on (a group with ranks of two nodes is inter-node), with the model's split beside;
+- ``hsdp`` (HSDP): ``nodes`` replicas of ``ranks / nodes`` shards. ``launch="local"`` runs all
+  ranks on this machine, rank r standing for a GPU of node r // (ranks / nodes);
+  ``launch="slurm"`` runs them on chapter 07's cluster, one torchrun per node
+  (:class:`hpclab.cluster.multinode.Torchrun`), so the inter-node groups really span nodes;
 - ``step_s``: the median of ``steps`` timed steps (:func:`hpclab.measure.timing.time_fn`).
 
 The model is chapter 06's ``deep`` MLP (``depth`` linear layers of ``width``), so its size is
@@ -25,6 +32,8 @@ divides, which is right on every backend.
 
 from __future__ import annotations
 
+import os
+import platform
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,12 +45,14 @@ from hpclab.measure.timing import time_fn
 from hpclab.parallel.tensor_parallel import CommTally
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
+from hpclab.sharding.comm_model import check_nodes, comm_bytes, shard_ranks, spans_nodes
 from hpclab.sharding.planner import state_bytes as model_state
 from hpclab.sharding.probe import StepProbe, state_bytes, state_tensors
 from hpclab.sharding.wrappers import DEFAULT_STRATEGIES, STAGE, STRATEGIES, build, full_params
 from hpclab.train import TrainSpec, batches, dataset, make_model, run_spec
 from hpclab.train.step import train_step
 
+LAUNCHES = ("local", "slurm")
 BYTES_FP32_ADAM = 16  # 4 parameter + 4 gradient + 8 Adam (two moments), all fp32
 
 
@@ -57,8 +68,16 @@ class FsdpConfig(Config):
     steps: int = param(10, min=1, max=200, quick=6, help="timed steps (after warm-up)")
     warmup: int = param(2, min=1, max=20, help="untimed steps first")
     lr: float = param(1e-3, min=1e-6, max=1.0, log=True, help="Adam learning rate")
+    nodes: int = param(1, min=1, max=16, help="nodes the ranks fill (hsdp: one replica each)")
+    launch: str = param(
+        "local", choices=LAUNCHES, help="local: ranks here, nodes stood for; slurm: chapter 07's"
+    )
 
     def check(self) -> None:
+        try:
+            check_nodes(self.ranks, self.nodes)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
         params = _params(self)
         need = BYTES_FP32_ADAM * params * self.ranks * 2  # every rank: state + a gathered copy
         from hpclab.compute.device import ensure_fits
@@ -93,7 +112,9 @@ def _spec(cfg: FsdpConfig) -> TrainSpec:
 
 def _one(ctx: RankContext, spec: TrainSpec, strategy: str, cfg: FsdpConfig) -> dict[str, Any]:
     model = make_model("deep", SIDE * SIDE, seed=spec.seed, depth=cfg.depth, width=cfg.width)
-    net, opt = build(strategy, model.to(ctx.device), spec.optimizer, spec.lr, ctx.distributed)
+    net, opt = build(
+        strategy, model.to(ctx.device), spec.optimizer, spec.lr, ctx.distributed, cfg.nodes
+    )
     stream = batches(ctx, spec, dataset(spec))
 
     def step() -> None:
@@ -109,12 +130,19 @@ def _one(ctx: RankContext, spec: TrainSpec, strategy: str, cfg: FsdpConfig) -> d
         step()
     after = state_bytes(state_tensors(net, opt))
     timing = time_fn(step, device=ctx.device, warmup=0, repeat=spec.steps, max_time_s=float("inf"))
+    per_node = ctx.world_size // cfg.nodes
+    sent = probe.sent_by_group()
+    inter = sum(b for g, b in sent.items() if spans_nodes(g, per_node))
     return {
         "rank": ctx.rank,
+        # the Slurm node this rank ran on (under srun), else this machine's name
+        "host": os.environ.get("SLURMD_NODENAME") or platform.node(),
         "state_bytes_per_rank": after,
         "state_bytes_before": before,
         "peak_bytes_per_rank": probe.peak,
-        "comm_bytes_per_step": tally.ring_bytes_per_rank(ctx.world_size),
+        "comm_bytes_per_step": sum(sent.values()),
+        "comm_bytes_inter_node": inter,
+        "comm_bytes_intra_node": sum(sent.values()) - inter,
         "comm_calls": dict(tally.calls),
         "comm_payload_bytes": dict(tally.payload_bytes),
         "step_s": timing.median_s,
@@ -136,27 +164,30 @@ def fsdp_worker(ctx: RankContext, spec: TrainSpec, cfg: FsdpConfig) -> list[dict
     return out
 
 
-def model_comm_bytes(strategy: str, params: int, ranks: int, bytes_per: int = 4) -> float:
-    """Rajbhandari et al. 2020 §7: DDP, ZeRO-1 and ZeRO-2 send 2 (N-1)/N x Psi per rank (an
-    all-reduce = reduce-scatter + all-gather), ZeRO-3 3 (N-1)/N x Psi (one more all-gather);
-    torch's ZeRO-1 (all-reduce, then broadcasts) 3 (N-1)/N x Psi; ZeRO-3 gathering bf16
-    parameters and reducing fp32 gradients (2 + 2 + 4) (N-1)/N x Psi bytes: DDP's fp32 volume."""
-    if ranks < 2:
-        return 0.0
-    if strategy == "zero3-bf16":  # two all-gathers of bf16 (2 bytes), a reduce-scatter of fp32
-        return (2 * 2 + 4) * (ranks - 1) / ranks * params
-    factor = 3 if strategy in ("zero3", "zero1-torch") else 2
-    return factor * (ranks - 1) / ranks * params * bytes_per
-
-
 def run_fsdp(config: FsdpConfig, progress: Progress) -> Result:
     from hpclab.dist import place
     from hpclab.measure.sysinfo import usable_cores
 
-    where = place(config.ranks, "cpu")
     spec = _spec(config)
+    job, where = None, {}
+    if config.launch == "slurm":  # chapter 07's path: srun one torchrun per node
+        from hpclab.cluster import local
+        from hpclab.cluster.multinode import Torchrun
+        from hpclab.cluster.runner import require_cluster
+
+        cluster = require_cluster()
+        job = Torchrun(cluster, local.site_profile(cluster), config.nodes,
+                       config.ranks // config.nodes)  # fmt: skip
+        where = {"launch": job, "deadline": 300.0}
     outs = run_spec(spec, config.ranks, worker=fsdp_worker, args=(config,), device="cpu",
-                    progress=progress)  # fmt: skip
+                    progress=progress, **where)  # fmt: skip
+    if job is not None:
+        note = f"{config.nodes} Slurm nodes x {config.ranks // config.nodes} ranks (job {job.jobs[-1]})"
+    else:
+        note = place(config.ranks, "cpu").note
+        if config.nodes > 1:
+            note += (f"; {config.nodes} nodes stood for on this machine: ranks "
+                     f"0-{config.ranks // config.nodes - 1} are node 0, and so on")  # fmt: skip
     params = _params(config)
     ref = outs[0][0]["params"]
     records = []
@@ -165,30 +196,37 @@ def run_fsdp(config: FsdpConfig, progress: Progress) -> Result:
         if strategy not in config.strategy:
             continue
         per_rank = [o[k] for o in outs]
+        # Rajbhandari et al. 2020 §7, and HSDP's split: fp32 weights and gradients
+        model_comm = comm_bytes(strategy, params, config.ranks, config.nodes)
+        shards = shard_ranks(strategy, config.ranks, config.nodes)
         records.append(
             {
                 "tier": "live",
                 "strategy": strategy,
                 "stage": STAGE[strategy],
                 "ranks": config.ranks,
+                "nodes": config.nodes,
                 "params": params,
                 "state_bytes_per_rank": max(r["state_bytes_per_rank"] for r in per_rank),
-                "model_state_bytes": model_state(params, config.ranks, STAGE[strategy], "fp32")[
-                    "total"
-                ],
+                "model_state_bytes": model_state(params, shards, STAGE[strategy], "fp32")["total"],
                 "peak_bytes_per_rank": max(r["peak_bytes_per_rank"] for r in per_rank),
                 "comm_bytes_per_step": row["comm_bytes_per_step"],
-                "model_comm_bytes": model_comm_bytes(strategy, params, config.ranks),
+                "model_comm_bytes": model_comm["total"],
+                "comm_bytes_intra_node": row["comm_bytes_intra_node"],
+                "comm_bytes_inter_node": row["comm_bytes_inter_node"],
+                "model_comm_bytes_intra_node": model_comm["intra_node"],
+                "model_comm_bytes_inter_node": model_comm["inter_node"],
                 "comm_calls": row["comm_calls"],
                 "step_s": max(r["step_s"] for r in per_rank),
                 "step_s_iqr": row["step_s_iqr"],
                 "params_max_diff_vs_ddp": float((row["params"] - ref).abs().max()),
                 "device": "cpu",
-                "oversubscribed": config.ranks > usable_cores(),
-                "placement": where.note,
+                "oversubscribed": config.launch == "local" and config.ranks > usable_cores(),
+                "placement": note,
+                "hosts": ",".join(sorted({r["host"] for r in per_rank})),
             }
         )
-    return make_result("fsdp", config, records)
+    return make_result("fsdp", config, records, ran_elsewhere=config.launch == "slurm")
 
 
 @figure
@@ -213,6 +251,9 @@ def plot_fsdp(result: Result):
                     "color": "black"}, row=1, col=1)  # fmt: skip
     fig.add_bar(x=names, y=[r["comm_bytes_per_step"] / mib for r in rows], name="sent (live)",
                 row=1, col=2)  # fmt: skip
+    if any(r.get("nodes", 1) > 1 for r in rows):  # what crosses the slow links between nodes
+        fig.add_bar(x=names, y=[r["comm_bytes_inter_node"] / mib for r in rows],
+                    name="across nodes (live)", row=1, col=2)  # fmt: skip
     fig.add_scatter(x=names, y=[r["model_comm_bytes"] / mib for r in rows], mode="markers",
                     name="sent (model)", marker={"symbol": "line-ew-open", "size": 30,
                     "color": "gray"}, row=1, col=2)  # fmt: skip
@@ -220,7 +261,8 @@ def plot_fsdp(result: Result):
     cfg = result.config
     p = rows[0]["params"] / 1e6 if rows else 0
     fig.update_layout(
-        title=f"{p:.1f} M parameters, Adam, fp32, on {cfg['ranks']} CPU ranks (gloo)",
+        title=f"{p:.1f} M parameters, Adam, fp32, on {cfg['ranks']} CPU ranks (gloo)"
+        + (f" as {cfg['nodes']} nodes" if cfg.get("nodes", 1) > 1 else ""),
         barmode="group",
         height=420,
     )

@@ -14,6 +14,11 @@ data-parallel devices::
 
 Psi = 7.5e9, N_d = 64, K = 12 gives 120, 31.4, 16.6 and 1.88 GB (the paper's Fig. 1 and Table 1).
 
+HSDP (a fifth row, beside the stages): ZeRO-3 over the ``gpus_per_node`` devices of one node,
+replicated across the nodes, so stage 3's state with N_d = the devices of a node. Every row also
+carries the bytes one device sends per step, inside its node and across nodes
+(:mod:`hpclab.sharding.comm_model`): what HSDP trades its extra memory for.
+
 Activations (residual state, the paper's §3.2): a transformer shaped from Psi alone, GPT-like
 (hidden h = 128 x the heads, Psi = 12 L h^2 with L = h / 128), keeps 34 s b h bytes a layer for
 a micro-batch of b sequences of s tokens in 16-bit (Korthikanti et al. 2022, §4.1, without the
@@ -27,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hpclab.config import Config, param
+from hpclab.config import Config, ConfigError, param
 from hpclab.display import figure
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
@@ -35,6 +40,8 @@ from hpclab.results import Result, make_result
 PRECISIONS = ("mixed", "fp32")
 STAGES = (0, 1, 2, 3)
 STAGE_NAMES = {0: "DDP", 1: "ZeRO-1 (P_os)", 2: "ZeRO-2 (P_os+g)", 3: "ZeRO-3 (P_os+g+p)"}
+HSDP = "HSDP (ZeRO-3 in a node)"
+STAGE_STRATEGY = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}  # :mod:`comm_model`'s names
 DEVICES_GB = {  # nominal memory per device (vendors' data sheets)
     "h100-80": 80.0,
     "a100-80": 80.0,
@@ -112,19 +119,45 @@ class PlanConfig(Config):
     micro_batch: int = param(1, min=0, max=1024, log=True, help="sequences per device (0: none)")
     seq: int = param(2048, min=1, max=1 << 20, log=True, help="tokens per sequence")
     device: str = param("h100-80", choices=tuple(DEVICES_GB), help="device to fit in")
+    gpus_per_node: int = param(8, min=1, max=64, log=True, help="devices a node (HSDP's shards)")
+
+    def check(self) -> None:
+        nodes(self)
 
 
-def plan(cfg: PlanConfig, stage: int, params: float | None = None) -> dict[str, Any]:
-    """One stage's bytes per device, in GB, and whether they fit ``cfg.device``."""
+def nodes(cfg: PlanConfig) -> tuple[int, int]:
+    """(nodes, devices per node) of ``cfg``: whole nodes, or one node when the GPUs fit in one."""
+    if cfg.gpus <= cfg.gpus_per_node:
+        return 1, cfg.gpus
+    if cfg.gpus % cfg.gpus_per_node:
+        raise ConfigError(
+            f"gpus={cfg.gpus} is not a whole number of nodes of gpus_per_node="
+            f"{cfg.gpus_per_node}; allowed: gpus <= {cfg.gpus_per_node} or a multiple of it"
+        )
+    return cfg.gpus // cfg.gpus_per_node, cfg.gpus_per_node
+
+
+def plan(cfg: PlanConfig, stage: int | str, params: float | None = None) -> dict[str, Any]:
+    """One stage's (or ``"hsdp"``'s) bytes per device, in GB, whether they fit ``cfg.device``,
+    and the GB one device sends per step inside its node and across nodes."""
+    from hpclab.sharding.comm_model import comm_bytes
+
     params = cfg.params_b * 1e9 if params is None else params
-    state = state_bytes(params, cfg.gpus, stage, cfg.precision)
+    n_nodes, per_node = nodes(cfg)
+    weight, grad, _ = split(cfg.precision)
+    if stage == "hsdp":
+        state = state_bytes(params, per_node, 3, cfg.precision)
+        sent = comm_bytes("hsdp", params, cfg.gpus, n_nodes, weight, grad)
+    else:
+        state = state_bytes(params, cfg.gpus, stage, cfg.precision)
+        sent = comm_bytes(STAGE_STRATEGY[stage], params, cfg.gpus, n_nodes, weight, grad)
     act = activation_bytes(params, cfg.micro_batch, cfg.seq, cfg.precision, cfg.checkpointing)
     total = state["total"] + act
     cap = capacity_gb(cfg.device)
     return {
         "tier": "model",
         "stage": stage,
-        "strategy": STAGE_NAMES[stage],
+        "strategy": HSDP if stage == "hsdp" else STAGE_NAMES[stage],
         "params_gb": state["params"] / GB,
         "grads_gb": state["grads"] / GB,
         "optimizer_gb": state["optimizer"] / GB,
@@ -132,10 +165,12 @@ def plan(cfg: PlanConfig, stage: int, params: float | None = None) -> dict[str, 
         "total_gb": total / GB,
         "capacity_gb": cap,
         "fits": total / GB <= cap,
+        "intra_node_gb_per_step": sent["intra_node"] / GB,
+        "inter_node_gb_per_step": sent["inter_node"] / GB,
     }
 
 
-def largest_fit(cfg: PlanConfig, stage: int) -> float:
+def largest_fit(cfg: PlanConfig, stage: int | str) -> float:
     """The most parameters that fit ``cfg.device`` at ``stage`` (bisection; 0 if none)."""
     lo, hi = 0.0, 1e15
     if not plan(cfg, stage, 1e6)["fits"]:
@@ -151,7 +186,7 @@ def largest_fit(cfg: PlanConfig, stage: int) -> float:
 
 def run_plan(config: PlanConfig, progress: Progress) -> Result:
     records = []
-    for stage in STAGES:
+    for stage in (*STAGES, "hsdp"):
         rec = plan(config, stage)
         rec["largest_params_b"] = largest_fit(config, stage) / 1e9
         rec["chosen"] = stage == config.stage
@@ -166,7 +201,8 @@ def summary(result: Result) -> str:
     rec = next(r for r in result.records if r["chosen"])
     verdict = "fits" if rec["fits"] else "does NOT fit"
     return (
-        f"{cfg['params_b']:g} B parameters on {cfg['gpus']} x {cfg['device']}, "
+        f"{cfg['params_b']:g} B parameters on {cfg['gpus']} x {cfg['device']} "
+        f"({cfg.get('gpus_per_node', 8)} a node), "
         f"{rec['strategy']}: {rec['total_gb']:.1f} GB per device {verdict} in "
         f"{rec['capacity_gb']:.0f} GB; the largest that fits: {rec['largest_params_b']:.3g} B"
     )
@@ -174,23 +210,26 @@ def summary(result: Result) -> str:
 
 @figure
 def plot_plan(result: Result):
-    """Stacked GB per device by stage, the device's capacity as a line."""
-    import plotly.graph_objects as go
+    """Stacked GB per device by stage (and HSDP), the device's capacity as a line; beside it
+    the GB one device sends per step, inside its node and across nodes."""
+    from plotly.subplots import make_subplots
 
     rows = result.records
-    names = [("▶ " if r["chosen"] else "") + r["strategy"] for r in rows]
-    fig = go.Figure()
+    # short names ("ZeRO-2", "HSDP"): two panels side by side leave no room for the long ones
+    names = [("▶ " if r["chosen"] else "") + r["strategy"].split(" (")[0] for r in rows]
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.6, 0.4], subplot_titles=(
+        "GB per device (model)", "GB sent per device per step (model)"))  # fmt: skip
     for kind in ("params", "grads", "optimizer", "activations"):
-        fig.add_bar(x=names, y=[r[f"{kind}_gb"] for r in rows], name=kind)
+        fig.add_bar(x=names, y=[r[f"{kind}_gb"] for r in rows], name=kind, row=1, col=1)
     fig.add_scatter(
         x=names, y=[rows[0]["capacity_gb"]] * len(rows), mode="lines", name="capacity",
-        line={"dash": "dash", "color": "black"},
+        line={"dash": "dash", "color": "black"}, row=1, col=1,
     )  # fmt: skip
-    fig.update_layout(
-        barmode="stack",
-        title=summary(result),
-        yaxis_title="GB per device (model)",
-        height=420,
-        title_font_size=13,
-    )
+    for where, name, color in (
+        ("intra_node", "sent inside a node", "#a6cee3"),
+        ("inter_node", "sent across nodes", "#1f78b4"),
+    ):
+        fig.add_bar(x=names, y=[r[f"{where}_gb_per_step"] for r in rows], name=name,
+                    marker_color=color, row=1, col=2)  # fmt: skip
+    fig.update_layout(barmode="stack", title=summary(result), height=460, title_font_size=13)
     return fig

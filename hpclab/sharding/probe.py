@@ -8,7 +8,9 @@ wrapper's own counters would show the same way for all four strategies:
 
 - **bytes communicated**: each collective's payload, added to a
   :class:`hpclab.parallel.tensor_parallel.CommTally` (chapter 06's tally; an all-gather's
-  payload is the slice a rank hands in, a reduce-scatter's the whole tensor it reduces);
+  payload is the slice a rank hands in, a reduce-scatter's the whole tensor it reduces), and
+  to one tally per process group (``groups``, keyed by the group's global ranks: HSDP's
+  intra-node and inter-node groups apart, :meth:`StepProbe.sent_by_group`);
 - **live bytes and their peak**: every storage the step allocates is counted while it lives
   (a weak reference) at its current size, on top of the state tensors alive when the probe
   starts.
@@ -42,6 +44,18 @@ COLLECTIVES = {
     "reduce_scatter_tensor_coalesced_": ("reduce_scatter", 1),
     "broadcast_": ("broadcast", 0),
 }
+
+
+def group_ranks(args: Any) -> tuple[int, ...]:
+    """The global ranks of the process group a c10d op's arguments name (``()``: none). In a
+    dispatch mode the group arrives boxed as a TorchScript object; ``ProcessGroup.unbox``
+    returns the Python one."""
+    import torch.distributed as dist
+
+    for a in args:
+        if isinstance(a, torch.ScriptObject) and "ProcessGroup" in str(a._type()):
+            return tuple(dist.get_process_group_ranks(dist.ProcessGroup.unbox(a)))
+    return ()
 
 
 def local(t: torch.Tensor) -> torch.Tensor:
@@ -91,11 +105,17 @@ class StepProbe(TorchDispatchMode):
     def __init__(self, tally: CommTally, alive: Iterable[torch.Tensor] = ()) -> None:
         super().__init__()
         self.tally = tally
+        self.groups: dict[tuple[int, ...], CommTally] = {}
         self.live: dict[int, weakref.ref] = {}
         self.now = self.peak = 0
         for t in alive:
             self._track(t)
         self._count()
+
+    def sent_by_group(self) -> dict[tuple[int, ...], float]:
+        """Bytes this rank sent in each process group, counted as a ring of that group's size
+        sends them (:meth:`CommTally.ring_bytes_per_rank`)."""
+        return {g: t.ring_bytes_per_rank(len(g)) for g, t in self.groups.items()}
 
     def _track(self, t: torch.Tensor) -> None:
         st = _storage(t)
@@ -116,8 +136,11 @@ class StepProbe(TorchDispatchMode):
         if func.namespace == "c10d":
             kind = COLLECTIVES.get(func.__name__.split(".")[0])
             if kind is not None:
-                self.tally.calls[kind[0]] += 1
-                self.tally.payload_bytes[kind[0]] += _nbytes(args[kind[1]])
+                payload = _nbytes(args[kind[1]])
+                group = self.groups.setdefault(group_ranks(args), CommTally())
+                for tally in (self.tally, group):
+                    tally.calls[kind[0]] += 1
+                    tally.payload_bytes[kind[0]] += payload
         inputs = {
             st._cdata
             for t in tree_flatten((args, kwargs))[0]

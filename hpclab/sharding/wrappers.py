@@ -1,6 +1,6 @@
 """The data-parallel strategies of chapter 09 part 2, each built the same way from one model.
 
-``build(strategy, model, optimizer_name, lr)`` returns ``(net, optimizer)`` that
+``build(strategy, model, optimizer_name, lr, nodes=1)`` returns ``(net, optimizer)`` that
 :func:`hpclab.train.train_step` trains unchanged:
 
 ============  ======================================================================
@@ -16,6 +16,9 @@ zero3         FSDP2 ``fully_shard(reshard_after_forward=True)``: parameters gath
 zero3-bf16    zero3 with FSDP2's ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``:
               the all-gathers and the compute in bf16, gradients reduced in fp32, the sharded
               parameters and Adam in fp32 (so no separate master copy)
+hsdp          FSDP2 ``fully_shard(mesh=...)`` on a 2-D ``DeviceMesh`` ``(nodes, ranks / nodes)``
+              named ``("replicate", "shard")``: ZeRO-3 inside each node, each shard's gradient
+              all-reduced across the nodes (PyTorch's HSDP; Zhao et al. 2023's hybrid sharding)
 ============  ======================================================================
 
 FSDP2 is applied bottom-up, one unit per ``nn.Linear`` and one at the root (PyTorch's
@@ -33,9 +36,10 @@ from torch import nn
 from hpclab.sharding.zero1 import Zero1Optimizer
 from hpclab.train.optim import make_optimizer
 
-STRATEGIES = ("ddp", "zero1", "zero1-torch", "zero2", "zero3", "zero3-bf16")
+STRATEGIES = ("ddp", "zero1", "zero1-torch", "zero2", "zero3", "zero3-bf16", "hsdp")
 DEFAULT_STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
-STAGE = {"ddp": 0, "zero1": 1, "zero1-torch": 1, "zero2": 2, "zero3": 3, "zero3-bf16": 3}
+STAGE = {"ddp": 0, "zero1": 1, "zero1-torch": 1, "zero2": 2, "zero3": 3, "zero3-bf16": 3,
+         "hsdp": 3}  # fmt: skip
 
 
 def check_strategy(strategy: str) -> None:
@@ -46,25 +50,45 @@ def check_strategy(strategy: str) -> None:
         )
 
 
+def hsdp_mesh(device: torch.device, nodes: int):
+    """The 2-D mesh of HSDP: ``nodes`` replicas of ``world / nodes`` shards, rank r on node
+    r // (world / nodes), as torchrun numbers ranks node by node (PyTorch's ``fully_shard``
+    docs: a 2-D mesh means HSDP, replicate on dim 0, shard on dim 1)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from hpclab.sharding.comm_model import check_nodes
+
+    per_node = check_nodes(dist.get_world_size(), nodes)
+    return init_device_mesh(device.type, (nodes, per_node), mesh_dim_names=("replicate", "shard"))
+
+
 def build(
-    strategy: str, model: nn.Module, optimizer: str, lr: float, distributed: bool = True
+    strategy: str,
+    model: nn.Module,
+    optimizer: str,
+    lr: float,
+    distributed: bool = True,
+    nodes: int = 1,
 ) -> tuple[nn.Module, Any]:
     """``model`` wrapped by ``strategy`` and its optimizer (``distributed=False``: no process
-    group, the bare model and optimizer: the serial reference)."""
+    group, the bare model and optimizer: the serial reference). ``nodes``: HSDP's replicas."""
     check_strategy(strategy)
     if not distributed:
         return model, make_optimizer(optimizer, model.parameters(), lr)
-    if strategy.startswith(("zero2", "zero3")):
+    if strategy.startswith(("zero2", "zero3", "hsdp")):
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         policy = MixedPrecisionPolicy()  # the default: everything in the parameters' fp32
         if strategy == "zero3-bf16":
             policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        reshard = strategy != "zero2"
+        kw = {"reshard_after_forward": strategy != "zero2", "mp_policy": policy}
+        if strategy == "hsdp":
+            kw["mesh"] = hsdp_mesh(next(model.parameters()).device, nodes)
         for layer in model.modules():
             if isinstance(layer, nn.Linear):
-                fully_shard(layer, reshard_after_forward=reshard, mp_policy=policy)
-        fully_shard(model, reshard_after_forward=reshard, mp_policy=policy)
+                fully_shard(layer, **kw)
+        fully_shard(model, **kw)
         return model, make_optimizer(optimizer, model.parameters(), lr)
     if strategy == "zero1":
         return model, Zero1Optimizer(

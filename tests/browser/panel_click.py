@@ -42,6 +42,7 @@ MORE_CLICKS = {
         ("fault", "shape"),  # section 7's planted hang
     ],
     "08_search_autotuning": [("eta", "2")],  # section 6's ASHA view
+    "09_sharding": [("gpus per node", "4")],  # section 3's planner, its HSDP bar
 }
 
 # The output holding the first panel: controls and a Run button.

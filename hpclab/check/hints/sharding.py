@@ -38,6 +38,17 @@ EXERCISES = (
         ),
     ),
     Exercise(
+        "hsdp_inter_node",
+        (("function", "hsdp_inter_gb(psi_b, nodes, per_node) returning GB per GPU and step"),),
+        (
+            "HSDP is ZeRO-3 inside each node; across nodes it only keeps the replicas equal.",
+            "Each GPU holds a 1/per_node shard; the GPUs holding the same shard, one a node, "
+            "all-reduce its gradient (2 bytes a parameter in bf16).",
+            "A ring all-reduce of B bytes over n ranks sends 2 (n-1)/n B per rank: here B = 2 x "
+            "psi_b / per_node GB and n = nodes.",
+        ),
+    ),
+    Exercise(
         "reshard_load",
         (("function", "load_checkpoint(net, opt, path)"),),
         (
