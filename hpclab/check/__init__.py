@@ -19,6 +19,7 @@ a time (texts and expected types: :mod:`hpclab.check.hints`).
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import os
@@ -209,15 +210,42 @@ def call_all(
     """``fn(*case)`` for every case as numbers, or the feedback for the first that is not one."""
     got = []
     for case in cases:
-        try:
-            value = fn(*case)
-        except Exception as err:  # noqa: BLE001 - a student's bug becomes feedback
-            return failed(f"{name}{tuple(case)} raised {error_line(err)}")
-        num = as_number(value, f"{name}{tuple(case)}")
+        num = call_number(fn, case, f"{name}{tuple(case)}")
         if isinstance(num, CheckResult):
             return num
         got.append(num)
     return got
+
+
+def call_number(fn: Callable[..., Any], args: tuple, call: str) -> float | CheckResult:
+    """``fn(*args)`` as a number, or the feedback when it raises or is not one (``call`` names
+    the call in it)."""
+    try:
+        value = fn(*args)
+    except Exception as err:  # noqa: BLE001 - a student's bug becomes feedback
+        return failed(f"{call} raised {error_line(err)}")
+    return as_number(value, call)
+
+
+def case_by_case(
+    fn: Callable[[Any], Any],
+    cases: Sequence[tuple[str, Any]],
+    call: str,
+    explain: Callable[[float, Any], str | None],
+) -> CheckResult | None:
+    """``fn`` on each ``(where, case)`` in order (on a copy: it may change its argument), then
+    ``explain(number, case)``: None when every case is right (``explain`` says None), else the
+    feedback for the first that raises, is no number or is wrong. For answers whose slips
+    depend on the case (a peak on an allocation with or without SMT), where
+    :func:`formula_check` wants one slip that fits every case."""
+    for where, case in cases:
+        num = call_number(fn, (copy.deepcopy(case),), f"{call} for {where}")
+        if isinstance(num, CheckResult):
+            return num
+        wrong = explain(num, case)
+        if wrong:
+            return failed(f"for {where}: {wrong}")
+    return None
 
 
 def formula_check(

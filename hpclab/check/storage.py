@@ -11,7 +11,16 @@ from typing import Any
 
 import numpy as np
 
-from hpclab.check import CheckResult, as_number, error_line, exercise_check, failed, near, passed
+from hpclab.check import (
+    CheckResult,
+    as_number,
+    case_by_case,
+    error_line,
+    exercise_check,
+    failed,
+    near,
+    passed,
+)
 from hpclab.check.lmdb_probe import CountOpens, Log, handles, read_all
 
 
@@ -289,17 +298,12 @@ def workers(fn: Callable[[dict[int, float]], Any], table: dict[int, float]) -> C
     if not table:
         return failed("the measurement table is empty: run the loader sweep first")
     name = getattr(fn, "__name__", "your function")
-    for where, case in (("your measurement", table), *(("", t) for t in WORKER_TABLES)):
-        where = where or "the table " + ", ".join(f"{w}: {v:g}" for w, v in case.items())
-        try:
-            num = as_number(fn(dict(case)), f"{name}(table)")
-        except Exception as exc:  # a student's function may raise anything
-            return failed(f"{name}(table) raised {exc!r} for {where}")
-        if isinstance(num, CheckResult):
-            return num
-        wrong = _workers_mistake(num, case)
-        if wrong:
-            return failed(f"for {where}: {wrong}")
+    tables = [("your measurement", table)] + [
+        ("the table " + ", ".join(f"{w}: {v:g}" for w, v in t.items()), t) for t in WORKER_TABLES
+    ]
+    wrong = case_by_case(fn, tables, f"{name}(table)", _workers_mistake)
+    if wrong is not None:
+        return wrong
     return passed(
         "your rule picks the fewest workers (at least 1) within 10% of the best, here and on "
         "tables where 1, 2 or 0 workers are right: only workers overlap loading with training; "
