@@ -228,24 +228,30 @@ def call_number(fn: Callable[..., Any], args: tuple, call: str) -> float | Check
 
 
 def case_by_case(
-    fn: Callable[[Any], Any],
-    cases: Sequence[tuple[str, Any]],
+    fn: Callable[..., Any],
+    cases: Sequence[tuple[str, tuple]],
     call: str,
-    explain: Callable[[float, Any], str | None],
+    explain: Callable[..., str | None],
 ) -> CheckResult | None:
-    """``fn`` on each ``(where, case)`` in order (on a copy: it may change its argument), then
-    ``explain(number, case)``: None when every case is right (``explain`` says None), else the
-    feedback for the first that raises, is no number or is wrong. For answers whose slips
-    depend on the case (a peak on an allocation with or without SMT), where
+    """``fn(*args)`` on each ``(where, args)`` in order (on a copy: it may change its
+    arguments), then ``explain(number, *args)``: None when every case is right (``explain``
+    says None), else the feedback for the first that raises, is no number or is wrong. For
+    answers whose slips depend on the case (a peak on an allocation with or without SMT), where
     :func:`formula_check` wants one slip that fits every case."""
-    for where, case in cases:
-        num = call_number(fn, (copy.deepcopy(case),), f"{call} for {where}")
+    for where, args in cases:
+        num = call_number(fn, copy.deepcopy(args), f"{call} for {where}")
         if isinstance(num, CheckResult):
             return num
-        wrong = explain(num, case)
+        wrong = explain(num, *args)
         if wrong:
             return failed(f"for {where}: {wrong}")
     return None
+
+
+def slips_near(ratio: float, slips: Sequence[tuple[float, str]], tol: float = 0.02) -> list[str]:
+    """The advice of each ``(factor, advice)`` slip whose factor ``ratio`` (answer / right
+    value) is within ``tol`` of: every slip the answer may be, for a case-by-case check."""
+    return [text for factor, text in slips if near(ratio, factor, tol)]
 
 
 def formula_check(
@@ -256,19 +262,20 @@ def formula_check(
     mistakes: tuple[tuple[Callable[..., float], str], ...],
     passed_text: str,
     differs: Callable[[tuple, float, float], str],
+    tol: float = 0.01,
 ) -> CheckResult:
-    """PASS when ``fn`` matches ``reference`` within 1% on every case; else the advice of a
-    mistake it reproduces, else ``differs(case, got, want)`` for the first case it misses."""
+    """PASS when ``fn`` matches ``reference`` within ``tol`` (1%) on every case; else the advice
+    of a mistake it reproduces, else ``differs(case, got, want)`` for the first case it misses."""
     got = call_all(fn, cases, name)
     if isinstance(got, CheckResult):
         return got
     want = [reference(*c) for c in cases]
     misses = [
-        i for i, (g, w) in enumerate(zip(got, want, strict=True)) if not near(g / w, 1.0, 0.01)
+        i for i, (g, w) in enumerate(zip(got, want, strict=True)) if not near(g / w, 1.0, tol)
     ]
     if not misses:
         return passed(passed_text)
-    advice = mistake(got, list(cases), mistakes)
+    advice = mistake(got, list(cases), mistakes, tol)
     if advice:
         return failed(advice + ".")
     k = misses[0]

@@ -298,8 +298,8 @@ def workers(fn: Callable[[dict[int, float]], Any], table: dict[int, float]) -> C
     if not table:
         return failed("the measurement table is empty: run the loader sweep first")
     name = getattr(fn, "__name__", "your function")
-    tables = [("your measurement", table)] + [
-        ("the table " + ", ".join(f"{w}: {v:g}" for w, v in t.items()), t) for t in WORKER_TABLES
+    tables = [("your measurement", (table,))] + [
+        ("the table " + ", ".join(f"{w}: {v:g}" for w, v in t.items()), (t,)) for t in WORKER_TABLES
     ]
     wrong = case_by_case(fn, tables, f"{name}(table)", _workers_mistake)
     if wrong is not None:

@@ -13,6 +13,7 @@ from hpclab.check import (
     failed,
     near,
     passed,
+    slips_near,
 )
 
 # Allocations unlike a laptop's or CI's: fewer usable cores than the node has, a label's clock
@@ -53,7 +54,7 @@ def peak(fn: Callable[[dict[str, Any]], float], info: dict[str, Any] | None = No
 
         info = system_info()
     name = getattr(fn, "__name__", "your function")
-    cases = [(_describe(case), case) for case in allocations(info)]
+    cases = [(_describe(case), (case,)) for case in allocations(info)]
     wrong = case_by_case(fn, cases, f"{name}(info)", _explain)
     return (
         wrong
@@ -99,7 +100,7 @@ def _explain(value: float, info: dict[str, Any]) -> str | None:
         return None
     # Each slip is the factor it would make; when two give the same factor (on 2 cores,
     # "one core" and "an FMA counted once" both halve the peak) both are named as possible.
-    hints = [text for factor, text in _slips(info) if near(ratio, factor)]
+    hints = slips_near(ratio, _slips(info))
     if len(hints) > 1:
         hints = [
             "it is "

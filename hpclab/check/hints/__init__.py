@@ -24,6 +24,7 @@ from typing import Any
 TOPICS = (  # one module here per check module of hpclab/check/
     "welcome",
     "compute",
+    "timing",
     "topology",
     "profiling",
     "storage",
