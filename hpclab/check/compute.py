@@ -6,17 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from hpclab.check import (
-    CheckResult,
-    as_number,
-    case_by_case,
-    exercise_check,
-    failed,
-    formula_check,
-    near,
-    passed,
-    slips_near,
-)
+from hpclab.check import CheckResult, as_number, exercise_check, failed, formula_check, near, passed
+from hpclab.check.cases import case_by_case, slips_near
 from hpclab.check.timing import crossover, timer  # noqa: F401 - the notebook's check.timer
 from hpclab.compute import flops as F
 

@@ -12,16 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from hpclab.check import (
-    CheckResult,
-    as_number,
-    case_by_case,
-    error_line,
-    exercise_check,
-    failed,
-    near,
-    passed,
-)
+from hpclab.check import CheckResult, as_number, error_line, exercise_check, failed, near, passed
+from hpclab.check.cases import case_by_case
 from hpclab.check.lazy_dataset import lazy_dataset  # noqa: F401 - the notebook imports it here
 
 

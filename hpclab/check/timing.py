@@ -6,16 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from hpclab.check import (
-    CheckResult,
-    as_number,
-    case_by_case,
-    exercise_check,
-    failed,
-    near,
-    passed,
-    slips_near,
-)
+from hpclab.check import CheckResult, as_number, exercise_check, failed, near, passed
+from hpclab.check.cases import case_by_case, slips_near
 
 
 class _Workload:

@@ -5,16 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from hpclab.check import (
-    CheckResult,
-    as_number,
-    case_by_case,
-    exercise_check,
-    failed,
-    near,
-    passed,
-    slips_near,
-)
+from hpclab.check import CheckResult, as_number, exercise_check, failed, near, passed
+from hpclab.check.cases import case_by_case, slips_near
 
 # Allocations unlike a laptop's or CI's: fewer usable cores than the node has, a label's clock
 # apart from the measured one, SMT (two logical CPUs per physical core), several widths of FMA
