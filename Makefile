@@ -75,7 +75,7 @@ exercises: install
 	$(BIN)/hpclab exercises build
 
 benchmarks: install
-	for b in benchmarks/*.py; do $(BIN)/python $$b | tail -n 3; done
+	for b in benchmarks/[!_]*.py; do $(BIN)/python $$b | tail -n 3; done
 
 # For JupyterHub: make this environment a kernel named "hpclab" in your user's kernel list.
 kernel: install

@@ -38,20 +38,13 @@ WORK = 1500  # products per rank: ~0.5-1 s on one idle Zen 4 core
 
 
 def main() -> int:
-    cluster = local.connect()
-    started = False
-    if cluster is None:
-        try:
-            cluster, started = local.up(), True
-        except Exception as err:  # noqa: BLE001 - no Slurm: nothing can be measured
-            print(f"binding: could not measure: {err}", file=sys.stderr)
-            return 1
     try:
-        # every case twice, interleaved; each counts its best step
-        records = run_binding(cluster, local.site_profile(cluster), WORK, CASES * 2)
-    finally:
-        if started:
-            local.down()
+        with local.connected() as cluster:
+            # every case twice, interleaved; each counts its best step
+            records = run_binding(cluster, local.site_profile(cluster), WORK, CASES * 2)
+    except local.NoSlurm as err:  # no Slurm: nothing can be measured
+        print(f"binding: could not measure: {err}", file=sys.stderr)
+        return 1
     for r in records:
         print(
             f"{r['layout']:>9}, {r['threads']} thread(s): rank {r['rank']} on CPUs {r['cpus']} "

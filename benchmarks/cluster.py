@@ -103,52 +103,51 @@ def ddp_vs_plain(cluster, site, root: Path, steps: int = 30) -> tuple[float, flo
     return ours, json.loads(line)["step_s"]
 
 
-def main() -> int:
-    cluster = local.connect()
-    started = False
-    if cluster is None:
-        try:
-            cluster, started = local.up(), True
-        except Exception as err:  # noqa: BLE001 - no Slurm: nothing can be measured
-            print(f"cluster: could not measure: {err}", file=sys.stderr)
-            return 1
+def measure(cluster, root: Path) -> None:
+    """Every comparison on ``cluster``, its lines printed, goals last."""
     site = local.site_profile(cluster)
+    api, plain = [], []
+    for i in range(3):
+        api.append(via_api(cluster, site, root / f"api{i}"))
+        plain.append(via_plain(cluster, root / f"plain{i}"))
+    ratio = statistics.median(api) / statistics.median(plain)
+    print(
+        f"submit->end of a 1 s job: hpclab {statistics.median(api):.2f} s, "
+        f"sbatch+squeue {statistics.median(plain):.2f} s (median of 3)"
+    )
+    array_s, serial_s = array_vs_serial(cluster, site, root)
+    print(f"8 x 1 s tasks: array %4 {array_s:.2f} s, one after another {serial_s:.2f} s")
+    ours, plain_ddp = ddp_vs_plain(cluster, site, root)
+    print(
+        f"2 nodes x 2 ranks DDP step: hpclab job {1e3 * ours:.1f} ms, "
+        f"hand-written srun torchrun {1e3 * plain_ddp:.1f} ms"
+    )
+    ck = save_checkpoint(root / "ckpt", 1, {"step": 1, "w": bytearray(100_000_000)})
+    print(
+        f"checkpoint: {ck['mb']:.0f} MB in {ck['seconds']:.2f} s = {ck['mb_per_s']:.0f} MB/s "
+        "(write + fsync + rename)"
+    )
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    verdict = "PASS" if ratio <= 1.10 else "FAIL"
+    print(f"cluster: submit_overhead_ratio={ratio:.3f} goal<=1.10 {verdict}")
+    speedup = serial_s / array_s
+    verdict = "PASS" if speedup >= 2.0 else "FAIL"
+    print(f"cluster: array_speedup={speedup:.2f} goal>=2.0 {verdict}")
+    ddp_ratio = ours / plain_ddp
+    verdict = "PASS" if ddp_ratio <= 1.10 else "FAIL"
+    print(f"cluster: ddp_step_ratio={ddp_ratio:.3f} goal<=1.10 {verdict}")
+
+
+def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="hpclab-bench-cluster-"))
     try:
-        api, plain = [], []
-        for i in range(3):
-            api.append(via_api(cluster, site, root / f"api{i}"))
-            plain.append(via_plain(cluster, root / f"plain{i}"))
-        ratio = statistics.median(api) / statistics.median(plain)
-        print(
-            f"submit->end of a 1 s job: hpclab {statistics.median(api):.2f} s, "
-            f"sbatch+squeue {statistics.median(plain):.2f} s (median of 3)"
-        )
-        array_s, serial_s = array_vs_serial(cluster, site, root)
-        print(f"8 x 1 s tasks: array %4 {array_s:.2f} s, one after another {serial_s:.2f} s")
-        ours, plain_ddp = ddp_vs_plain(cluster, site, root)
-        print(
-            f"2 nodes x 2 ranks DDP step: hpclab job {1e3 * ours:.1f} ms, "
-            f"hand-written srun torchrun {1e3 * plain_ddp:.1f} ms"
-        )
-        ck = save_checkpoint(root / "ckpt", 1, {"step": 1, "w": bytearray(100_000_000)})
-        print(
-            f"checkpoint: {ck['mb']:.0f} MB in {ck['seconds']:.2f} s = {ck['mb_per_s']:.0f} MB/s "
-            "(write + fsync + rename)"
-        )
-        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-        verdict = "PASS" if ratio <= 1.10 else "FAIL"
-        print(f"cluster: submit_overhead_ratio={ratio:.3f} goal<=1.10 {verdict}")
-        speedup = serial_s / array_s
-        verdict = "PASS" if speedup >= 2.0 else "FAIL"
-        print(f"cluster: array_speedup={speedup:.2f} goal>=2.0 {verdict}")
-        ddp_ratio = ours / plain_ddp
-        verdict = "PASS" if ddp_ratio <= 1.10 else "FAIL"
-        print(f"cluster: ddp_step_ratio={ddp_ratio:.3f} goal<=1.10 {verdict}")
+        with local.connected() as cluster:
+            measure(cluster, root)
+    except local.NoSlurm as err:  # no Slurm: nothing can be measured
+        print(f"cluster: could not measure: {err}", file=sys.stderr)
+        return 1
     finally:
         subprocess.run(["rm", "-rf", str(root)])
-        if started:
-            local.down()
     return 0
 
 

@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import statistics
 import sys
+from functools import partial
+
+from _goals import goal_line, report
 
 BATCHES, ROUNDS, STEPS = (256, 2048), 3, 40
-
-
-def line(name: str, value: float, op: str, target: float) -> str:
-    ok = value >= target if op == ">=" else value <= target
-    return f"ddp_gpu: {name}={value:.3f} goal{op}{target} {'PASS' if ok else 'FAIL'}"
 
 
 def measure(batch: int) -> float:
@@ -47,6 +45,12 @@ def measure(batch: int) -> float:
     return statistics.median(ours) / statistics.median(plain)
 
 
+def batch_goal(batch: int) -> list[str]:
+    ratio = measure(batch)
+    metric = f"hpclab_over_plain_b{batch}"
+    return [goal_line("ddp_gpu", metric, ratio, op, t) for op, t in ((">=", 0.95), ("<=", 1.05))]
+
+
 def main() -> int:
     import torch
 
@@ -56,17 +60,7 @@ def main() -> int:
                 print(f"ddp_gpu: hpclab_over_plain_b{batch} not measured (no GPU visible) "
                       f"goal{op}{target}")  # fmt: skip
         return 0
-    results = []
-    try:
-        for batch in BATCHES:
-            ratio = measure(batch)
-            results += [line(f"hpclab_over_plain_b{batch}", ratio, op, t)
-                        for op, t in ((">=", 0.95), ("<=", 1.05))]  # fmt: skip
-    except Exception as exc:  # noqa: BLE001
-        print(f"ddp_gpu: could not measure: {type(exc).__name__}: {exc}")
-        return 1
-    print("\n".join(results))
-    return 0
+    return report("ddp_gpu", [partial(batch_goal, b) for b in BATCHES])
 
 
 if __name__ == "__main__":

@@ -14,13 +14,10 @@ Usage: python benchmarks/ddp_overhead.py   (no arguments, ~1-2 minutes on 2 core
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+from _torchrun import torchrun_step_s
 
 MODEL, BATCH, STEPS, WARMUP, ROUNDS = "large", 64, 40, 5, 6
 HERE = Path(__file__).resolve().parent
@@ -37,36 +34,8 @@ def hpclab_step() -> tuple[float, float]:
 
 
 def torchrun_step() -> float:
-    tmp = tempfile.mkdtemp(prefix="hpclab-torchrun-")
-    try:
-        env = {**os.environ, "TMPDIR": tmp, "OMP_NUM_THREADS": "1"}
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            str(HERE / "ddp_torchrun_plain.py"),
-            MODEL,
-            str(BATCH),
-            str(STEPS),
-            str(WARMUP),
-        ]
-        for attempt in (1, 2):
-            out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-            if not out.returncode:
-                break
-            # The plain script's gloo ranks occasionally abort (SIGABRT) on this 2-core VM;
-            # say so, with the C++ reason when there is one, and try that round once more.
-            why = [x for x in out.stderr.splitlines() if "what()" in x or "terminate" in x]
-            print(f"(torchrun attempt {attempt} failed: {(why or ['no reason printed'])[-1]})")
-        if out.returncode:
-            raise RuntimeError(f"torchrun failed: {out.stderr.strip()[-500:]}")
-        line = next(x for x in out.stdout.splitlines() if x.startswith("{"))
-        return json.loads(line)["step_s"]
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    # The plain script's gloo ranks occasionally abort (SIGABRT) on a 2-core VM: a second try.
+    return torchrun_step_s(HERE / "ddp_torchrun_plain.py", MODEL, BATCH, STEPS, WARMUP, attempts=2)
 
 
 def main() -> int:

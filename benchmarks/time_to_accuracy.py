@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 import sys
 
+from _goals import report
+
 from hpclab.experiments import run
 
 LARGE_BATCH = {
@@ -62,15 +64,7 @@ def large_batch_goal() -> list[str]:
 
 
 def main() -> int:
-    lines = []
-    for goal in (large_batch_goal,):
-        try:
-            lines += goal()
-        except Exception as exc:  # noqa: BLE001 - the benchmark reports, it does not crash
-            print(f"time_to_accuracy: could not measure {goal.__name__}: {exc}")
-            return 1
-    print("\n".join(lines))
-    return 0
+    return report("time_to_accuracy", [large_batch_goal])
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from typing import Any
 import nbformat
 
 from hpclab import key_figures
+from hpclab.environ import environ
 
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
 _DROP_MIME = (
@@ -97,9 +98,7 @@ def execute(path: str | os.PathLike, timeout: int = 600, quick: bool = True) -> 
     env_patch = {"PLOTLY_RENDERER": "plotly_mimetype"}
     if quick:
         env_patch.update({"HPCLAB_QUICK": "1", "CI": "true"})
-    saved = {k: os.environ.get(k) for k in env_patch}
-    os.environ.update(env_patch)
-    try:
+    with environ(env_patch):
         client = NotebookClient(
             nb,
             timeout=timeout,
@@ -108,12 +107,6 @@ def execute(path: str | os.PathLike, timeout: int = 600, quick: bool = True) -> 
             store_widget_state=False,
         )
         client.execute()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return nb
 
 

@@ -26,6 +26,15 @@ def no_orphans():
 
 
 @pytest.fixture(scope="session")
+def preloaded():
+    """The training engine's lazy imports done once in this process, so forked ranks do not
+    each pay ~1-3 s (``pytestmark = pytest.mark.usefixtures("preloaded")`` in a module)."""
+    from hpclab.train import preload
+
+    preload()
+
+
+@pytest.fixture(scope="session")
 def slurm(tmp_path_factory):
     """The local Slurm of ``scripts/local_slurm.sh`` (chapter 07): started for the session and
     stopped after it, or, when one is already up (``make slurm-up``), used and left up.

@@ -44,13 +44,18 @@ def test_jobspec_check_rejects_plausible_mistakes_with_true_hints():
     assert not check.check_jobspec("#SBATCH --nodes=2")
 
 
-def save_solution(obj, path):
+def _fsynced_beside(obj, path):
+    """``obj`` saved to a new temporary file beside ``path``, flushed and fsynced; its name."""
     d = os.path.dirname(os.path.abspath(path))
     with tempfile.NamedTemporaryFile(dir=d, delete=False) as f:
         torch.save(obj, f)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(f.name, path)
+    return f.name
+
+
+def save_solution(obj, path):
+    os.replace(_fsynced_beside(obj, path), path)
 
 
 def save_in_place(obj, path):
@@ -121,26 +126,18 @@ def save_fsync_after_rename(obj, path):
 
 def save_remove_first(obj, path):
     """The Windows habit (os.rename there refuses an existing target): delete, then rename."""
-    d = os.path.dirname(os.path.abspath(path))
-    with tempfile.NamedTemporaryFile(dir=d, delete=False) as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
+    tmp = _fsynced_beside(obj, path)
     if os.path.exists(path):
         os.remove(path)
-    os.rename(f.name, path)
+    os.rename(tmp, path)
 
 
 def save_keep_backup(obj, path):
     """Moves the old checkpoint aside, then the new one in: two renames, a gap between them."""
-    d = os.path.dirname(os.path.abspath(path))
-    with tempfile.NamedTemporaryFile(dir=d, delete=False) as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
+    tmp = _fsynced_beside(obj, path)
     if os.path.exists(path):
         os.replace(path, path + ".bak")
-    os.replace(f.name, path)
+    os.replace(tmp, path)
 
 
 def test_atomic_save_check_accepts_the_solution():

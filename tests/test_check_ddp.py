@@ -14,14 +14,16 @@ from hpclab.ddp.ring import ring_allreduce
 from hpclab.train import train_step
 
 
-def _train(ctx, steps, per_rank_batch, seed, *, sampler=True, wrap=True, set_epoch=True):
+def _train(
+    ctx, steps, per_rank_batch, seed, *, replicas=None, batch=None, wrap=True, set_epoch=True
+):
+    """The solution, or a slip: ``replicas`` the sampler's num_replicas (1: all data everywhere;
+    default the world size), ``batch`` the loader's batch (default per_rank_batch)."""
     data = ex.exercise_data(seed)
     model = ex.exercise_model(seed)
-    if sampler:
-        smp = DistributedSampler(data, num_replicas=ctx.world_size, rank=ctx.rank, seed=seed)
-    else:
-        smp = DistributedSampler(data, num_replicas=1, rank=0, seed=seed)  # all data everywhere
-    loader = DataLoader(data, batch_size=per_rank_batch, sampler=smp)
+    replicas = ctx.world_size if replicas is None else replicas
+    smp = DistributedSampler(data, num_replicas=replicas, rank=ctx.rank % replicas, seed=seed)
+    loader = DataLoader(data, batch_size=batch or per_rank_batch, sampler=smp)
     net = DDP(model) if wrap else model
     opt = torch.optim.SGD(net.parameters(), lr=ex.LR)
     done, epoch = 0, 0
@@ -42,7 +44,7 @@ def solution(ctx, steps, per_rank_batch, seed):
 
 
 def no_sampler(ctx, steps, per_rank_batch, seed):
-    return _train(ctx, steps, per_rank_batch, seed, sampler=False)
+    return _train(ctx, steps, per_rank_batch, seed, replicas=1)
 
 
 def no_wrap(ctx, steps, per_rank_batch, seed):
@@ -56,42 +58,14 @@ def no_set_epoch(ctx, steps, per_rank_batch, seed):
 def global_batch_everywhere(ctx, steps, per_rank_batch, seed):
     """Every rank loads the whole global batch (world_size x per_rank_batch): DDP averages n
     equal gradients, so the weights are right, and each rank did one process's whole work."""
-    data = ex.exercise_data(seed)
-    model = ex.exercise_model(seed)
-    smp = DistributedSampler(data, num_replicas=1, rank=0, seed=seed)
-    loader = DataLoader(data, batch_size=per_rank_batch * ctx.world_size, sampler=smp)
-    net = DDP(model)
-    opt = torch.optim.SGD(net.parameters(), lr=ex.LR)
-    done, epoch = 0, 0
-    while done < steps:
-        smp.set_epoch(epoch)
-        for x, y in loader:
-            if done == steps:
-                break
-            train_step(net, opt, x, y)
-            done += 1
-        epoch += 1
-    return torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+    return _train(
+        ctx, steps, per_rank_batch, seed, replicas=1, batch=per_rank_batch * ctx.world_size
+    )
 
 
 def two_replicas(ctx, steps, per_rank_batch, seed):
     """num_replicas hard-coded to the notebook's 2 ranks: right only in the default case."""
-    data = ex.exercise_data(seed)
-    model = ex.exercise_model(seed)
-    smp = DistributedSampler(data, num_replicas=2, rank=ctx.rank % 2, seed=seed)
-    loader = DataLoader(data, batch_size=per_rank_batch, sampler=smp)
-    net = DDP(model)
-    opt = torch.optim.SGD(net.parameters(), lr=ex.LR)
-    done, epoch = 0, 0
-    while done < steps:
-        smp.set_epoch(epoch)
-        for x, y in loader:
-            if done == steps:
-                break
-            train_step(net, opt, x, y)
-            done += 1
-        epoch += 1
-    return torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+    return _train(ctx, steps, per_rank_batch, seed, replicas=2)
 
 
 def not_done(ctx, steps, per_rank_batch, seed):

@@ -189,12 +189,14 @@ def test_lazy_dataset_rejects_wrong_decoding():
 
 
 # --- (b) tar shards ------------------------------------------------------------------------
-def pack_shards(folder, out, per_shard):
+def pack_shards(folder, out, per_shard, name="shard-{:06d}.tar", full_only=False):
+    """The solution; ``name`` unpadded or ``full_only`` are the slips the check must catch."""
     names = sorted(os.listdir(folder))
-    for s in range(0, len(names), per_shard):
-        with tarfile.open(os.path.join(out, f"shard-{s // per_shard:06d}.tar"), "w") as tar:
-            for name in names[s : s + per_shard]:
-                tar.add(os.path.join(folder, name), arcname=name)
+    stop = len(names) - len(names) % per_shard if full_only else len(names)
+    for s in range(0, stop, per_shard):
+        with tarfile.open(os.path.join(out, name.format(s // per_shard)), "w") as tar:
+            for member in names[s : s + per_shard]:
+                tar.add(os.path.join(folder, member), arcname=member)
 
 
 def read_shards(out):
@@ -205,19 +207,11 @@ def read_shards(out):
 
 
 def pack_unpadded(folder, out, per_shard):
-    names = sorted(os.listdir(folder))
-    for s in range(0, len(names), per_shard):
-        with tarfile.open(os.path.join(out, f"shard-{s // per_shard}.tar"), "w") as tar:
-            for name in names[s : s + per_shard]:
-                tar.add(os.path.join(folder, name), arcname=name)
+    pack_shards(folder, out, per_shard, name="shard-{}.tar")
 
 
 def pack_full_shards_only(folder, out, per_shard):
-    names = sorted(os.listdir(folder))
-    for s in range(len(names) // per_shard):
-        with tarfile.open(os.path.join(out, f"shard-{s:06d}.tar"), "w") as tar:
-            for name in names[s * per_shard : (s + 1) * per_shard]:
-                tar.add(os.path.join(folder, name), arcname=name)
+    pack_shards(folder, out, per_shard, full_only=True)
 
 
 def pack_one_tar(folder, out, per_shard):

@@ -57,7 +57,7 @@ def test_accepts_the_solution():
         (lambda i: right(i) * 1.37, "1.37x the expected value"),
         (lambda i: "fast", "should be a number"),
         (lambda i: -5.0, "must be positive"),
-        (lambda i: i["peak_gflops"]["fp32"], "raised KeyError('peak_gflops')"),
+        (lambda i: i["peak_gflops"]["fp32"], "raised KeyError: 'peak_gflops'"),
     ],
 )
 def test_rejects_wrong_answers_with_specific_advice(wrong, advice):

@@ -38,12 +38,8 @@ SPEC = TrainSpec(
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _warm_parent():
-    """Import DDP's lazy dependencies once here, so forked ranks do not each pay ~1-3 s."""
-    from hpclab.train import preload
-
-    preload()
+# forked ranks start with the engine's lazy imports done (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("preloaded")
 
 
 def _params(outs):

@@ -11,13 +11,13 @@ check cell and every cell that uses an answer runs. About 30-45 s on 2 busy core
 from __future__ import annotations
 
 import ast
-import os
 import re
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from hpclab.environ import environ
 from hpclab.exercises import BEGIN, END, _check_names, _loaded_names, _stored_names
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,11 +143,7 @@ def executed():
         big.cells.extend(cells)
         spans[path.name] = [(start + j, i, calls) for j, i, calls in kept]
     env = {"HPCLAB_QUICK": "1", "CI": "true", "PLOTLY_RENDERER": "plotly_mimetype"}
-    saved = {k: os.environ.get(k) for k in (*env, "HPCLAB_GRADING", "NBGRADER_EXECUTION")}
-    os.environ.update(env)
-    os.environ.pop("HPCLAB_GRADING", None)
-    os.environ.pop("NBGRADER_EXECUTION", None)
-    try:
+    with environ(env, unset=("HPCLAB_GRADING", "NBGRADER_EXECUTION")):
         NotebookClient(
             big,
             timeout=600,
@@ -156,12 +152,6 @@ def executed():
             resources={"metadata": {"path": str(ROOT / "exercises")}},
             store_widget_state=False,
         ).execute()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return big, spans
 
 

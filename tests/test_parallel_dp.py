@@ -25,11 +25,8 @@ SPEC = TrainSpec(
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _warm_parent():
-    from hpclab.train import preload
-
-    preload()
+# forked ranks start with the engine's lazy imports done (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("preloaded")
 
 
 # One thread per rank: on a busy machine a 2-thread serial rank can be 30x slower (OpenMP waits).

@@ -24,11 +24,8 @@ SPEC = TrainSpec(
 )  # fmt: skip
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _warm_parent():
-    from hpclab.train import preload
-
-    preload()
+# forked ranks start with the engine's lazy imports done (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("preloaded")
 
 
 @pytest.mark.parametrize("ranks", [1, 2])

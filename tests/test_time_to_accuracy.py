@@ -136,6 +136,13 @@ def test_lamb_follows_you_et_al_2020_algorithm_2():
     assert (one - w0).norm().item() == pytest.approx(lr * w0.norm().item(), rel=1e-4)
 
 
+def test_lars_and_lamb_refuse_bad_settings_naming_each_and_what_is_allowed():
+    with pytest.raises(ValueError, match=r"^LARS: lr=0.1, momentum=1.0, weight_decay=0.0, eta="):
+        LARS(_params(), lr=0.1, momentum=1.0)
+    with pytest.raises(ValueError, match=r"^LAMB: lr=-1.*; allowed: lr > 0, 0 <= betas < 1"):
+        LAMB(_params(), lr=-1)
+
+
 def test_the_noise_scale_estimator_recovers_a_known_variance():
     # Per-sample gradients G + noise of variance sigma^2 per coordinate: tr(Sigma) = d sigma^2.
     d, sigma, b, big = 50, 2.0, 8, 64

@@ -18,11 +18,8 @@ SPEC = TrainSpec(
 )  # fmt: skip
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _warm_parent():
-    from hpclab.train import preload
-
-    preload()
+# forked ranks start with the engine's lazy imports done (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("preloaded")
 
 
 def test_the_warmup_decay_schedule_climbs_then_falls_to_zero():

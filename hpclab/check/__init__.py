@@ -209,15 +209,21 @@ def call_all(
     """``fn(*case)`` for every case as numbers, or the feedback for the first that is not one."""
     got = []
     for case in cases:
-        try:
-            value = fn(*case)
-        except Exception as err:  # noqa: BLE001 - a student's bug becomes feedback
-            return failed(f"{name}{tuple(case)} raised {error_line(err)}")
-        num = as_number(value, f"{name}{tuple(case)}")
+        num = call_number(fn, case, f"{name}{tuple(case)}")
         if isinstance(num, CheckResult):
             return num
         got.append(num)
     return got
+
+
+def call_number(fn: Callable[..., Any], args: tuple, call: str) -> float | CheckResult:
+    """``fn(*args)`` as a number, or the feedback when it raises or is not one (``call`` names
+    the call in it)."""
+    try:
+        value = fn(*args)
+    except Exception as err:  # noqa: BLE001 - a student's bug becomes feedback
+        return failed(f"{call} raised {error_line(err)}")
+    return as_number(value, call)
 
 
 def formula_check(
@@ -228,19 +234,20 @@ def formula_check(
     mistakes: tuple[tuple[Callable[..., float], str], ...],
     passed_text: str,
     differs: Callable[[tuple, float, float], str],
+    tol: float = 0.01,
 ) -> CheckResult:
-    """PASS when ``fn`` matches ``reference`` within 1% on every case; else the advice of a
-    mistake it reproduces, else ``differs(case, got, want)`` for the first case it misses."""
+    """PASS when ``fn`` matches ``reference`` within ``tol`` (1%) on every case; else the advice
+    of a mistake it reproduces, else ``differs(case, got, want)`` for the first case it misses."""
     got = call_all(fn, cases, name)
     if isinstance(got, CheckResult):
         return got
     want = [reference(*c) for c in cases]
     misses = [
-        i for i, (g, w) in enumerate(zip(got, want, strict=True)) if not near(g / w, 1.0, 0.01)
+        i for i, (g, w) in enumerate(zip(got, want, strict=True)) if not near(g / w, 1.0, tol)
     ]
     if not misses:
         return passed(passed_text)
-    advice = mistake(got, list(cases), mistakes)
+    advice = mistake(got, list(cases), mistakes, tol)
     if advice:
         return failed(advice + ".")
     k = misses[0]

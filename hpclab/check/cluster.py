@@ -157,71 +157,98 @@ def check_atomic_save(save: Callable[[Any, str], Any]) -> CheckResult:
     directory, fsync it once all its bytes are written, and rename it over the old one, removing
     nothing first. Then a ``kill -9`` at every step of that protocol, and one while a large
     checkpoint's bytes are being written, must leave a complete checkpoint (old or new)."""
-    import torch
-
     if not callable(save):
         return failed(f"pass your function save itself, got {type(save).__name__}")
     with tempfile.TemporaryDirectory(prefix="hpclab-ckpt-check-") as d:
         path = os.path.join(d, "ckpt.pt")
-        try:
-            save(_ckpt(0), path)  # the old checkpoint the next save replaces
-            with Protocol() as trace:
-                save(_ckpt(1), path)
-        except Exception as exc:
-            return failed(f"save raised {type(exc).__name__}: {exc}")
-        try:
-            back = torch.load(path, weights_only=False)
-        except Exception as exc:
-            return failed(f"torch.load could not read what save wrote to {path}: {exc}")
-        if back.get("step") != 1 or not torch.equal(back.get("w"), _ckpt(1)["w"]):
-            return failed("torch.load(path) does not give back the saved dict")
+        trace = _traced_save(save, path)
+        if isinstance(trace, CheckResult):
+            return trace
         wrong = _protocol(trace.steps, path)
+        if wrong is None:
+            wrong = _killed_at_each_step(save, path, trace)
+        if wrong is None:
+            wrong = _killed_mid_write(save, path)
         if wrong is not None:
             return wrong
-        # kill -9 at every step boundary of the protocol: before and after each call
-        for point in range(2 * len(trace.steps)):
-            proc = multiprocessing.get_context("fork").Process(
-                target=_write_killed, args=(save, path, point)
-            )
-            proc.start()
-            proc.join(60)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-            step, why = _loads(path)
-            if step not in (1, 2):
-                return failed(
-                    f"after kill -9 {trace.window(point)}, {why or 'it held another checkpoint'}:"
-                    " at every moment the name must hold a complete checkpoint, old or new"
-                )
-        # kill -9 while a large checkpoint is being written: the old one must still load
-        big = torch.zeros(150_000_000, dtype=torch.uint8)
-        before = {p.name: p.stat().st_size for p in Path(d).iterdir()}
-        proc = multiprocessing.get_context("fork").Process(
-            target=_write_in_child, args=(save, big, path)
-        )
-        proc.start()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.is_alive():
-            now = {p.name: p.stat().st_size for p in Path(d).iterdir() if p.exists()}
-            if any(now.get(k) != v for k, v in before.items()) or set(now) - set(before):
-                break
-            time.sleep(0.002)
-        proc.kill()
-        proc.join()
-        step, why = _loads(path)
-        if step is None:
-            return failed(
-                f"after kill -9 during the write, {why}: the final name was being written in place"
-            )
-        if step not in (1, 2):
-            return failed(
-                "after kill -9 the file held a different checkpoint than the last complete one"
-            )
     return passed(
         "written to a temporary file, fsynced, renamed in one step: a kill -9 during the write "
         "leaves the previous checkpoint loadable"
     )
+
+
+def _traced_save(save: Callable[[Any, str], Any], path: str) -> Protocol | CheckResult:
+    """The system calls of ``save`` replacing an existing checkpoint at ``path``, once what it
+    wrote loads back; else why not."""
+    import torch
+
+    try:
+        save(_ckpt(0), path)  # the old checkpoint the next save replaces
+        with Protocol() as trace:
+            save(_ckpt(1), path)
+    except Exception as exc:
+        return failed(f"save raised {type(exc).__name__}: {exc}")
+    try:
+        back = torch.load(path, weights_only=False)
+    except Exception as exc:
+        return failed(f"torch.load could not read what save wrote to {path}: {exc}")
+    if back.get("step") != 1 or not torch.equal(back.get("w"), _ckpt(1)["w"]):
+        return failed("torch.load(path) does not give back the saved dict")
+    return trace
+
+
+def _killed_at_each_step(
+    save: Callable[[Any, str], Any], path: str, trace: Protocol
+) -> CheckResult | None:
+    """kill -9 at every step boundary of the protocol (before and after each call): the name
+    must hold a complete checkpoint each time."""
+    for point in range(2 * len(trace.steps)):
+        proc = multiprocessing.get_context("fork").Process(
+            target=_write_killed, args=(save, path, point)
+        )
+        proc.start()
+        proc.join(60)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+        step, why = _loads(path)
+        if step not in (1, 2):
+            return failed(
+                f"after kill -9 {trace.window(point)}, {why or 'it held another checkpoint'}:"
+                " at every moment the name must hold a complete checkpoint, old or new"
+            )
+    return None
+
+
+def _killed_mid_write(save: Callable[[Any, str], Any], path: str) -> CheckResult | None:
+    """kill -9 while a large checkpoint's bytes are being written: the old one must still load."""
+    import torch
+
+    big = torch.zeros(150_000_000, dtype=torch.uint8)
+    folder = Path(path).parent
+    before = {p.name: p.stat().st_size for p in folder.iterdir()}
+    proc = multiprocessing.get_context("fork").Process(
+        target=_write_in_child, args=(save, big, path)
+    )
+    proc.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.is_alive():
+        now = {p.name: p.stat().st_size for p in folder.iterdir() if p.exists()}
+        if any(now.get(k) != v for k, v in before.items()) or set(now) - set(before):
+            break
+        time.sleep(0.002)
+    proc.kill()
+    proc.join()
+    step, why = _loads(path)
+    if step is None:
+        return failed(
+            f"after kill -9 during the write, {why}: the final name was being written in place"
+        )
+    if step not in (1, 2):
+        return failed(
+            "after kill -9 the file held a different checkpoint than the last complete one"
+        )
+    return None
 
 
 # Exercise (c): --array and its throttle for N trials on K GPUs (one GPU per trial).

@@ -38,8 +38,6 @@ def ddp_training(worker: Callable[..., Any], ranks: tuple[int, ...] = (2, 4)) ->
 
 
 def _ddp_case(worker: Callable[..., Any], ranks: int) -> CheckResult:
-    import torch
-
     from hpclab.ddp import serial_loop as ex
     from hpclab.dist import RankError
     from hpclab.train import run_spec
@@ -61,10 +59,23 @@ def _ddp_case(worker: Callable[..., Any], ranks: int) -> CheckResult:
         return failed(f"on {ranks} ranks your training failed: {text}{hint}")
     outs = [out for out, _ in runs]
     biggest = max((max(seen, default=0) for _, seen in runs), default=0)
+    wrong = _replica_slip(outs, biggest, ranks)
+    if wrong:
+        return failed(wrong)
+    return _against_one_process(outs[0], ranks)
+
+
+def _replica_slip(outs: list, biggest: int, ranks: int) -> str | None:
+    """What the ranks' results say on their own: each rank's share of the batch, that each
+    returns a parameter tensor, and that the replicas agree; None when all is well."""
+    import torch
+
+    from hpclab.ddp import serial_loop as ex
+
     if biggest > ex.PER_RANK_BATCH:
         # the weights alone cannot tell: n ranks that each train on the whole global batch
         # end exactly where one process does, having done n times the work
-        return failed(
+        return (
             f"on {ranks} ranks a rank's model saw {biggest} samples in one step; each rank's "
             f"share is per_rank_batch = {ex.PER_RANK_BATCH}. Ranks that each process the whole "
             "global batch end with the right weights but do all the work n times over: the "
@@ -73,18 +84,25 @@ def _ddp_case(worker: Callable[..., Any], ranks: int) -> CheckResult:
         )
     if not all(isinstance(o, torch.Tensor) for o in outs):
         kinds = sorted({type(o).__name__ for o in outs})
-        return failed(
-            f"return the flat parameters (a tensor, e.g. parameters_to_vector(...)); got {kinds}"
-        )
+        return f"return the flat parameters (a tensor, e.g. parameters_to_vector(...)); got {kinds}"
     if any(o.shape != outs[0].shape for o in outs):
-        return failed("ranks returned parameter vectors of different sizes")
+        return "ranks returned parameter vectors of different sizes"
     spread = max(_max_diff(outs[0], o) for o in outs[1:])
     if spread > 1e-6:
-        return failed(
+        return (
             f"the {ranks} replicas ended with different weights (max |difference| {spread:.2e}): "
             "wrap the model in DistributedDataParallel so gradients are averaged in backward"
         )
-    mine = outs[0]
+    return None
+
+
+def _against_one_process(mine: Any, ranks: int) -> CheckResult:
+    """Rank 0's weights against one process on the global batch, and against the serial runs
+    that reproduce the usual slips (no sampler, no set_epoch)."""
+    import torch
+
+    from hpclab.ddp import serial_loop as ex
+
     global_batch = ranks * ex.PER_RANK_BATCH
     ref = ex.train_serial(ex.STEPS, global_batch)
     if mine.shape != ref.shape:

@@ -187,8 +187,8 @@ def hogwild_loop(worker: Callable[..., Any]) -> CheckResult:
     every step (backward passes are counted: no early stop), and the loss must fall about as far
     as the library's own loop makes it fall at the same steps and lr.
     """
-    from hpclab.dist import launch, start_method
-    from hpclab.sgd.hogwild import hogwild_worker, prewarm
+    from hpclab.dist import start_method
+    from hpclab.sgd.hogwild import prewarm
 
     if not callable(worker):
         return failed(f"pass your worker function itself, got {type(worker).__name__}")
@@ -212,23 +212,7 @@ def hogwild_loop(worker: Callable[..., Any]) -> CheckResult:
                 "every process runs all of them"
             )
     final = _mean_loss(problems, model)
-    # The library's own loop on the same problems, at the same steps and lr.
-    ref_model = problems[0].model()
-    ref_model.share_memory()
-    import multiprocessing as mp
-
-    method = start_method(_reference_entry)
-    barrier = mp.get_context(method).Barrier(2)
-    launch(
-        _reference_entry,
-        2,
-        args=(hogwild_worker, problems, ref_model, barrier),
-        backend="none",
-        threads_per_rank=1,
-        start_method=method,
-        deadline_s=120,
-    )
-    reference = _mean_loss(problems, ref_model)
+    reference = _reference_loss(problems)
     if math.isnan(final) or final > reference + 0.25 * (initial - reference):
         return failed(
             f"both processes wrote, but the loss went from {initial:.3f} to {final:.3f} while "
@@ -240,6 +224,30 @@ def hogwild_loop(worker: Callable[..., Any]) -> CheckResult:
         f"lr {_LR:g}); on one shared model, without a lock, the loss fell as far as the "
         "library's own Hogwild loop makes it fall."
     )
+
+
+def _reference_loss(problems: list) -> float:
+    """The mean loss the library's own Hogwild loop reaches on ``problems`` at the same steps
+    and lr, on 2 processes sharing one model."""
+    import multiprocessing as mp
+
+    from hpclab.dist import launch, start_method
+    from hpclab.sgd.hogwild import hogwild_worker
+
+    ref_model = problems[0].model()
+    ref_model.share_memory()
+    method = start_method(_reference_entry)
+    barrier = mp.get_context(method).Barrier(2)
+    launch(
+        _reference_entry,
+        2,
+        args=(hogwild_worker, problems, ref_model, barrier),
+        backend="none",
+        threads_per_rank=1,
+        start_method=method,
+        deadline_s=120,
+    )
+    return _mean_loss(problems, ref_model)
 
 
 def _reference_entry(ctx, hogwild_worker, problems, model, barrier):

@@ -1,4 +1,5 @@
-"""Checks for chapter 04's exercises: a lazy LMDB Dataset, tar shards, read bandwidth, workers."""
+"""Checks for chapter 04's exercises: tar shards, read bandwidth, workers (the lazy LMDB
+Dataset: :mod:`hpclab.check.lazy_dataset`)."""
 
 from __future__ import annotations
 
@@ -12,132 +13,8 @@ from typing import Any
 import numpy as np
 
 from hpclab.check import CheckResult, as_number, error_line, exercise_check, failed, near, passed
-from hpclab.check.lmdb_probe import CountOpens, Log, handles, read_all
-
-
-@exercise_check
-def lazy_dataset(cls: type, samples: int = 240, shape: tuple = (3, 8, 8)) -> CheckResult:
-    """Run the student's LMDB Dataset class: the notebook's natural order (``ds[0]`` in the
-    parent, then a DataLoader with ``num_workers=2``) on a fresh LMDB.
-
-    Checks the mechanism, not only the samples: nothing opened by ``__init__``, at most one open
-    per process (the parent's read of ``ds[0]`` included), one record read per item (no eager
-    read of the whole database, no scan), and every sample decoded exactly.
-    """
-    from hpclab.storage import pack
-    from hpclab.storage.data import SyntheticImages
-
-    if not isinstance(cls, type):
-        return failed(f"pass your Dataset class itself, got {type(cls).__name__}")
-    src = SyntheticImages(samples, shape, seed=11)
-    with tempfile.TemporaryDirectory(prefix="hpclab-check-") as tmp:
-        path = Path(tmp) / "lmdb"
-        pack(src, "lmdb", path)
-        log = Log(str(Path(tmp) / "events"))
-        with CountOpens(log):
-            result = _lazy_dataset(cls, str(path), log, src, samples)
-    return result
-
-
-def _lazy_dataset(cls: type, path: str, log: Log, src: Any, samples: int) -> CheckResult:
-    name = cls.__name__
-    try:
-        ds = cls(path)
-    except Exception as err:  # noqa: BLE001 - feedback, not a traceback
-        return failed(f"{name}(path) raised {error_line(err)}")
-    me = os.getpid()
-    opened = handles(ds)
-    at_init = log.counts().get(me, {})
-    if opened or at_init.get("open"):
-        what = f"keeps a handle in {opened[0]!r}" if opened else "opens the database"
-        if at_init.get("get", 0) > 1 or at_init.get("scan"):
-            what += " and reads records"
-        return failed(
-            f"{name}.__init__ {what}. A handle made in __init__ is copied into every forked "
-            "worker (unsafe) and cannot be pickled for spawned ones, and reading there loads "
-            "the whole data set before training starts: store only the path in __init__, and "
-            "open on the first __getitem__ in each process"
-        )
-    try:
-        n = len(ds)
-    except Exception as err:  # noqa: BLE001
-        return failed(f"len(dataset) raised {error_line(err)}")
-    if n != samples:
-        return failed(f"len(dataset) is {n}; the database holds {samples} records")
-    # What a student does first in a notebook: look at one sample, in the parent.
-    try:
-        ds[0]
-        ds[1]
-    except Exception as err:  # noqa: BLE001
-        return failed(f"dataset[0] in the notebook's own process raised {error_line(err)}")
-    parent = log.counts().get(me, {})
-    if not parent.get("open"):
-        return failed(
-            "dataset[0] read a sample but the check saw no lmdb.open call: open the database "
-            "with lmdb.open(path, readonly=True, lock=False) in __getitem__"
-        )
-    if parent.get("open", 0) > 1:
-        return failed(
-            f"reading two items in one process opened LMDB {parent['open']} times: open it once "
-            "per process (on the first __getitem__) and keep the handle"
-        )
-    if parent.get("scan") or parent.get("get", 0) > 2:
-        whole = parent.get("scan") or parent.get("get", 0) >= samples
-        return failed(
-            f"reading 2 items read {parent.get('get', 0)} records"
-            + (" and walked a cursor" if parent.get("scan") else "")
-            + ": read only the record asked for, once"
-            + (" (not the whole database)" if whole else "")
-        )
-    try:
-        x, y = read_all(ds, log, batch=40)
-    except Exception as err:  # noqa: BLE001
-        text = error_line(err)
-        hint = ""
-        if "already open" in text:
-            hint = (
-                ": this worker inherited the handle the parent opened for ds[0]; py-lmdb allows "
-                "one per path per process, so close the inherited one before opening your own"
-            )
-        return failed(f"reading with num_workers=2 after ds[0] failed: {text}{hint}")
-    counts = {pid: c for pid, c in log.counts().items() if pid != me}
-    for c in counts.values():
-        if c.get("open", 0) > 1:
-            return failed(
-                f"a worker opened LMDB {c['open']} times for {c.get('item', 0)} items: open "
-                "once per process and keep the handle for the next items"
-            )
-        if c.get("item") and not c.get("open"):
-            return failed(
-                "a worker read items without opening LMDB itself: it used the handle inherited "
-                "from the parent (unsafe after fork); open again when os.getpid() changed"
-            )
-        if c.get("scan") or c.get("get", 0) > c.get("item", 0):
-            return failed(
-                f"a worker read {c.get('get', 0)} records"
-                + (" and walked a cursor" if c.get("scan") else "")
-                + f" for {c.get('item', 0)} items: read only the record asked for, once"
-            )
-    want_x = np.stack([src.sample(i)[0] for i in range(samples)])
-    want_y = np.array([src.sample(i)[1] for i in range(samples)])
-    if tuple(x.shape) != want_x.shape:
-        return failed(
-            f"batches have shape {tuple(x.shape)}, expected {want_x.shape}: did you skip the "
-            "8 label bytes before the image bytes, and reshape to (C, H, W)?"
-        )
-    if not np.array_equal(y.numpy(), want_y):
-        return failed(
-            "labels differ: the first 8 bytes of a value are the label, int64 little-endian"
-        )
-    if not np.array_equal(x.numpy().astype(np.uint8), want_x):
-        return failed(
-            "images differ: the bytes after the label are the uint8 image, shape (C, H, W)"
-        )
-    workers = sum(1 for c in counts.values() if c.get("item"))
-    return passed(
-        f"your Dataset opened LMDB once in this process and once in each of the {workers} "
-        "workers, read one record per item, and returned every sample exactly."
-    )
+from hpclab.check.cases import case_by_case
+from hpclab.check.lazy_dataset import lazy_dataset  # noqa: F401 - the notebook imports it here
 
 
 @exercise_check
@@ -289,17 +166,12 @@ def workers(fn: Callable[[dict[int, float]], Any], table: dict[int, float]) -> C
     if not table:
         return failed("the measurement table is empty: run the loader sweep first")
     name = getattr(fn, "__name__", "your function")
-    for where, case in (("your measurement", table), *(("", t) for t in WORKER_TABLES)):
-        where = where or "the table " + ", ".join(f"{w}: {v:g}" for w, v in case.items())
-        try:
-            num = as_number(fn(dict(case)), f"{name}(table)")
-        except Exception as exc:  # a student's function may raise anything
-            return failed(f"{name}(table) raised {exc!r} for {where}")
-        if isinstance(num, CheckResult):
-            return num
-        wrong = _workers_mistake(num, case)
-        if wrong:
-            return failed(f"for {where}: {wrong}")
+    tables = [("your measurement", (table,))] + [
+        ("the table " + ", ".join(f"{w}: {v:g}" for w, v in t.items()), (t,)) for t in WORKER_TABLES
+    ]
+    wrong = case_by_case(fn, tables, f"{name}(table)", _workers_mistake)
+    if wrong is not None:
+        return wrong
     return passed(
         "your rule picks the fewest workers (at least 1) within 10% of the best, here and on "
         "tables where 1, 2 or 0 workers are right: only workers overlap loading with training; "

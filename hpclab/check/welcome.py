@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
 from hpclab.check import CheckResult, as_number, exercise_check, failed, near, passed
+from hpclab.check.cases import case_by_case, slips_near
 
 # Allocations unlike a laptop's or CI's: fewer usable cores than the node has, a label's clock
 # apart from the measured one, SMT (two logical CPUs per physical core), several widths of FMA
@@ -46,26 +46,27 @@ def peak(fn: Callable[[dict[str, Any]], float], info: dict[str, Any] | None = No
 
         info = system_info()
     name = getattr(fn, "__name__", "your function")
-    for case in allocations(info):
-        try:
-            value = fn(copy.deepcopy(case))
-        except Exception as exc:  # a student's function may raise anything
-            return failed(f"{name}(info) raised {exc!r} for {_describe(case)}")
-        value = as_number(value, f"{name}(info)")
-        if isinstance(value, CheckResult):
-            return value
-        wrong = _explain(value, case)
-        if wrong:
-            return failed(f"for {_describe(case)}: {wrong}")
-    return passed(
-        "your peak matches within 1% on this machine and on allocations where usable cores and "
-        "clocks differ from the node's and the label's."
+    cases = [(_describe(case), (case,)) for case in allocations(info)]
+    wrong = case_by_case(fn, cases, f"{name}(info)", _explain)
+    return (
+        wrong
+        if wrong is not None
+        else passed(
+            "your peak matches within 1% on this machine and on allocations where usable cores and "
+            "clocks differ from the node's and the label's."
+        )
     )
 
 
 def _physical(info: dict[str, Any]) -> int:
     """The physical cores a peak counts (older saved facts have only the logical count)."""
     return info.get("cores_physical") or info["cores_usable"]
+
+
+def _peak(info: dict[str, Any]) -> float:
+    """The allocation's fp32 peak in GFLOP/s: SMT siblings share a core's FMA pipes, so it
+    counts physical cores."""
+    return _physical(info) * info["clock_ghz"] * info["flops_per_cycle"]["fp32"]
 
 
 def _describe(info: dict[str, Any]) -> str:
@@ -80,20 +81,33 @@ def _describe(info: dict[str, Any]) -> str:
 
 
 def _explain(value: float, info: dict[str, Any]) -> str | None:
-    """None when ``value`` is this allocation's fp32 peak within 1%; else why it is not."""
-    # The peak counts physical cores: SMT siblings share a core's FMA pipes.
-    cores, node, logical = _physical(info), info["cores_node"], info["cores_usable"]
-    clock, nominal = info["clock_ghz"], info.get("clock_ghz_nominal")
-    fpc = info["flops_per_cycle"]["fp32"]
-    expected = cores * clock * fpc
-    formula = f"{cores} cores x {clock:.2f} GHz x {fpc} FLOP/cycle = {expected:.1f} GFLOP/s"
+    """None when ``value`` is this allocation's fp32 peak within 1%; else why it is not: the
+    slips whose factor it shows."""
+    cores, clock, fpc = _physical(info), info["clock_ghz"], info["flops_per_cycle"]["fp32"]
+    formula = f"{cores} cores x {clock:.2f} GHz x {fpc} FLOP/cycle = {_peak(info):.1f} GFLOP/s"
     if value <= 0:
         return f"a peak must be positive; expected about {formula}"
-    ratio = value / expected
+    ratio = value / _peak(info)
     if near(ratio, 1.0, 0.01):
         return None
-    # Each explanation is the factor it would make; when two give the same factor (on 2 cores,
+    # Each slip is the factor it would make; when two give the same factor (on 2 cores,
     # "one core" and "an FMA counted once" both halve the peak) both are named as possible.
+    hints = slips_near(ratio, _slips(info))
+    if len(hints) > 1:
+        hints = [
+            "it is "
+            + f"{ratio:.2f}x the expected value, which fits more than one slip: either "
+            + "; or ".join(hints)
+        ]
+    if not hints:
+        hints.append(f"it is {ratio:.2f}x the expected value")
+    return "; ".join(hints) + f". Expected: {formula}"
+
+
+def _slips(info: dict[str, Any]) -> list[tuple[float, str]]:
+    """The plausible slips on this allocation, each with the factor it makes the peak off by."""
+    cores, node, logical = _physical(info), info["cores_node"], info["cores_usable"]
+    clock, nominal = info["clock_ghz"], info.get("clock_ghz_nominal")
     causes: list[tuple[float, str]] = []
     if nominal and not near(nominal / clock, 1.0, 0.03):
         causes.append(
@@ -135,16 +149,7 @@ def _explain(value: float, info: dict[str, Any]) -> str | None:
         causes.append((1.0 / cores, f"that is the peak of one core; there are {cores} usable"))
     for scale, unit in ((1e3, "MFLOP/s"), (1e9, "FLOP/s"), (1e-3, "TFLOP/s")):
         causes.append((scale, f"the answer is in GFLOP/s; yours looks like {unit}"))
-    hints = [text for factor, text in causes if near(ratio, factor)]
-    if len(hints) > 1:
-        hints = [
-            "it is "
-            + f"{ratio:.2f}x the expected value, which fits more than one slip: either "
-            + "; or ".join(hints)
-        ]
-    if not hints:
-        hints.append(f"it is {ratio:.2f}x the expected value")
-    return "; ".join(hints) + f". Expected: {formula}"
+    return causes
 
 
 @exercise_check
@@ -159,9 +164,7 @@ def fraction_of_peak(
     value = as_number(value, "fraction")
     if isinstance(value, CheckResult):
         return value
-    expected = measured_gflops / (
-        _physical(info) * info["clock_ghz"] * info["flops_per_cycle"]["fp32"]
-    )
+    expected = measured_gflops / _peak(info)
     if near(value, expected, 0.01):
         if value > 1.0:
             return failed(

@@ -7,7 +7,8 @@ one-sentence reason from :func:`why_not`, so a notebook can say plainly that the
 and show the generated scripts and the reference results instead.
 
 :func:`up`, :func:`down` and :func:`env` run the project's script, the same one the tests'
-fixture and ``make slurm-up`` use.
+fixture and ``make slurm-up`` use; :func:`connected` is "the Slurm here, or the local one for
+the block" (the benchmarks').
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from hpclab.cluster import profiles
@@ -132,6 +135,29 @@ def down() -> str:
     """Stop the local cluster: its jobs are cancelled, its daemons stopped."""
     proc = _script("stop")
     return (proc.stderr or proc.stdout).strip()
+
+
+class NoSlurm(SlurmError):
+    """No Slurm answers here and the local one did not start."""
+
+
+@contextmanager
+def connected(nodes: int = 2) -> Iterator[Cluster]:
+    """The Slurm :func:`connect` finds, else the local one started for the block and stopped
+    after it. Raises :class:`NoSlurm` (only) when there is none and the local one does not start.
+    """
+    cluster = connect()
+    started = cluster is None
+    if started:
+        try:
+            cluster = up(nodes)
+        except (SlurmError, OSError, subprocess.SubprocessError) as err:
+            raise NoSlurm(str(err)) from err
+    try:
+        yield cluster
+    finally:
+        if started:
+            down()
 
 
 def env() -> str:

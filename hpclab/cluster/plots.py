@@ -25,20 +25,14 @@ def plot_hello(result: Result) -> go.Figure:
 def plot_multinode(result: Result) -> go.Figure:
     recs = result.records
     fig = make_subplots(rows=1, cols=2, subplot_titles=("samples/s", "max |w - one process|"))
-    fig.add_bar(
-        x=[r["layout"] for r in recs],
-        y=[r["samples_per_s"] for r in recs],
-        row=1,
-        col=1,
-        showlegend=False,
-    )
-    fig.add_bar(
-        x=[r["layout"] for r in recs],
-        y=[r["params_max_diff"] for r in recs],
-        row=1,
-        col=2,
-        showlegend=False,
-    )
+    for col, key in enumerate(("samples_per_s", "params_max_diff"), start=1):
+        fig.add_bar(
+            x=[r["layout"] for r in recs],
+            y=[r[key] for r in recs],
+            row=1,
+            col=col,
+            showlegend=False,
+        )
     fig.update_yaxes(exponentformat="e", row=1, col=2)  # 1.5e-8, not plotly's "15n"
     fig.update_layout(title="The same DDP training: nodes x ranks per node")
     return fig

@@ -36,6 +36,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from hpclab.config import ConfigError
+from hpclab.environ import environ
 from hpclab.measure.sysinfo import usable_cores, usable_cpu_ids
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -211,15 +212,9 @@ def torch_threads(n: int) -> Iterator[int]:
 
     n = n or usable_cores()
     old = torch.get_num_threads()
-    old_env = {k: os.environ.get(k) for k in _THREAD_VARS}
-    os.environ.update(dict.fromkeys(_THREAD_VARS, str(n)))
-    torch.set_num_threads(n)
-    try:
-        yield n
-    finally:
-        torch.set_num_threads(old)
-        for k, v in old_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with environ(dict.fromkeys(_THREAD_VARS, str(n))):
+        torch.set_num_threads(n)
+        try:
+            yield n
+        finally:
+            torch.set_num_threads(old)

@@ -31,6 +31,8 @@ import sys
 import time
 from collections.abc import Callable
 
+from hpclab.measure.libc import libc as typed_libc
+
 # Machine code, System V x86-64 calling convention: rdi = iterations, result in rax.
 # endbr64 marks a valid indirect-call target under Intel CET/IBT; older CPUs execute it as a NOP.
 _ENDBR64 = b"\xf3\x0f\x1e\xfa"
@@ -85,18 +87,7 @@ def _measure_loop_ghz(repeats: int = 5, k: int = ADDS_PER_ITER) -> tuple[float |
     if not ok:
         return None, f"unavailable: {why}"
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.mmap.restype = ctypes.c_void_p
-        libc.mmap.argtypes = [
-            ctypes.c_void_p,
-            ctypes.c_size_t,
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.c_long,
-        ]
-        libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        libc = typed_libc()
     except (OSError, AttributeError) as exc:
         return None, f"unavailable: libc not loadable ({exc})"
 

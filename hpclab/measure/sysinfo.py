@@ -315,13 +315,28 @@ def clock_label(method: str) -> str:
 
 
 def _collect() -> dict[str, Any]:
+    return {
+        "host": socket.gethostname(),
+        "os": f"{platform.system()} {platform.release()}",
+        "arch": platform.machine(),
+        "python": platform.python_version(),
+        **_cpu_facts(),
+        **_memory_facts(),
+        "gpus": _soft(gpu_inventory, default=[]),
+        **_torch_facts(),
+        "slurm": {k: os.environ[k] for k in SLURM_VARS if k in os.environ},
+        "hpclab": _version(),
+        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "user_is_root": hasattr(os, "geteuid") and os.geteuid() == 0,
+    }
+
+
+def _cpu_facts() -> dict[str, Any]:
+    """The CPU, the cores this process may use, its measured clock and its peaks."""
     cpu = _soft(cpuinfo, default={"model": None, "vendor": None, "family": None, "flags": []})
-    sources = core_limits()
-    cores = usable_cores()
     physical = usable_physical_cores()
     ghz, method = measure_clock_ghz()
     nominal, _ = _soft(nominal_clock_ghz, default=(None, ""))
-    label = clock_label(method)
     peaks = _soft(
         lambda: cpu_peaks(
             physical,  # SMT siblings share a core's FMA pipes: the peak counts physical cores
@@ -330,23 +345,17 @@ def _collect() -> dict[str, Any]:
             cpu["vendor"] or "",
             cpu["model"] or "",
             family=cpu["family"],
-            clock_label=label,
+            clock_label=clock_label(method),
         ),
         default={},
     )
-    vm = _soft(lambda: __import__("psutil").virtual_memory())
-    shm = _soft(os.statvfs, "/dev/shm")
-    info: dict[str, Any] = {
-        "host": socket.gethostname(),
-        "os": f"{platform.system()} {platform.release()}",
-        "arch": platform.machine(),
-        "python": platform.python_version(),
+    return {
         "cpu_model": cpu["model"],
         "cpu_vendor": cpu["vendor"],
         "cpu_family": cpu["family"],
         "cores_node": os.cpu_count(),
-        "cores_usable": cores,
-        "cores_usable_sources": sources,
+        "cores_usable": usable_cores(),
+        "cores_usable_sources": core_limits(),
         "cores_physical": physical,
         # which CPUs exactly (chapter 07's binding): two ranks on one list share those cores
         "cpus_allowed": _soft(lambda: sorted(os.sched_getaffinity(0)), default=[]),
@@ -357,6 +366,14 @@ def _collect() -> dict[str, Any]:
         "flops_per_cycle": {k: v["flops_per_cycle"] for k, v in peaks.items()},
         "peak_gflops": {k: v["gflops"] for k, v in peaks.items()},
         "peak_derivation": {k: v["derivation"] for k, v in peaks.items()},
+    }
+
+
+def _memory_facts() -> dict[str, Any]:
+    """Memory (the node's, and the allocation's limit), /dev/shm, and the scratch folders."""
+    vm = _soft(lambda: __import__("psutil").virtual_memory())
+    shm = _soft(os.statvfs, "/dev/shm")
+    return {
         "mem_total_gb": vm.total / GIB if vm else None,
         "mem_available_gb": vm.available / GIB if vm else None,
         "mem_limit_gb": _soft(cgroup_mem_gb),  # the allocation's share; None = no limit
@@ -369,14 +386,7 @@ def _collect() -> dict[str, Any]:
                 ("/tmp", "/tmp"),
             )
         },
-        "gpus": _soft(gpu_inventory, default=[]),
-        **_torch_facts(),
-        "slurm": {k: os.environ[k] for k in SLURM_VARS if k in os.environ},
-        "hpclab": _version(),
-        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "user_is_root": hasattr(os, "geteuid") and os.geteuid() == 0,
     }
-    return info
 
 
 @functools.cache

@@ -128,7 +128,28 @@ def time_fn(
     """
     if repeat < 1 or warmup < 0 or inner < 1:
         raise ValueError("repeat and inner must be >= 1 and warmup >= 0")
-    kind = _device_type(device)
+    _warm_up(fn, device, warmup, check)
+    sample, clock = _sampler(fn, device, inner)
+    samples: list[float] = []
+    spent = 0.0
+    wall_start = time.perf_counter()
+    while True:
+        dt = sample()
+        samples.append(dt / inner)
+        spent += dt
+        if progress is not None:
+            progress(len(samples), repeat)
+        enough = len(samples) >= repeat and spent >= min_time_s
+        too_long = len(samples) >= 3 and time.perf_counter() - wall_start > max_time_s
+        if enough or too_long:
+            break
+    return Timing(samples_s=tuple(samples), warmup=warmup, clock=clock, inner=inner)
+
+
+def _warm_up(
+    fn: Callable[[], Any], device: Any, warmup: int, check: Callable[[Any], None] | None
+) -> None:
+    """The untimed calls: the first one's result checked, ``warmup`` in all (at least one)."""
     first = fn()
     synchronize(device)
     if check is not None:
@@ -137,46 +158,36 @@ def time_fn(
         fn()
     synchronize(device)
 
-    samples: list[float] = []
-    use_events = kind == "cuda"
-    if use_events:
+
+def _sampler(fn: Callable[[], Any], device: Any, inner: int) -> tuple[Callable[[], float], str]:
+    """A function that times ``inner`` calls of ``fn`` once (seconds in all), and the clock it
+    reads: CUDA events on a CUDA device (they time the GPU's work, not the launch), else
+    ``perf_counter`` between two synchronizations."""
+    if _device_type(device) == "cuda":
         import torch
 
         start_ev = torch.cuda.Event(enable_timing=True)
         end_ev = torch.cuda.Event(enable_timing=True)
-    spent = 0.0
-    wall_start = time.perf_counter()
-    i = 0
-    while True:
-        if use_events:
+
+        def on_events() -> float:
             start_ev.record()
             for _ in range(inner):
                 fn()
             end_ev.record()
             end_ev.synchronize()
-            dt = start_ev.elapsed_time(end_ev) / 1e3
-        else:
-            synchronize(device)
-            t0 = time.perf_counter()
-            for _ in range(inner):
-                fn()
-            synchronize(device)
-            dt = time.perf_counter() - t0
-        samples.append(dt / inner)
-        spent += dt
-        i += 1
-        if progress is not None:
-            progress(i, repeat)
-        enough = i >= repeat and spent >= min_time_s
-        too_long = i >= 3 and time.perf_counter() - wall_start > max_time_s
-        if enough or too_long:
-            break
-    return Timing(
-        samples_s=tuple(samples),
-        warmup=warmup,
-        clock="cuda_event" if use_events else "perf_counter",
-        inner=inner,
-    )
+            return start_ev.elapsed_time(end_ev) / 1e3
+
+        return on_events, "cuda_event"
+
+    def on_the_clock() -> float:
+        synchronize(device)
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        synchronize(device)
+        return time.perf_counter() - t0
+
+    return on_the_clock, "perf_counter"
 
 
 def calls_for(fn: Callable[[], Any], target_s: float = 0.01, device: Any = "cpu") -> int:

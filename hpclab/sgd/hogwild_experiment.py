@@ -71,20 +71,49 @@ def _time_to(curve: list[tuple[float, int, float]], target: float) -> float | No
     return None
 
 
-def run_hogwild(config: HogwildConfig, progress: Progress) -> Result:
-    problem = make_problem(config.model, seed=config.seed, nnz=config.nnz)
-    features = problem.make_model().weight.num_embeddings if config.model == "sparse" else 0
-    cores = usable_cores()
+def _variants(config: HogwildConfig) -> list[tuple[str, int, bool]]:
+    """(name, workers, locked) of each run: the serial baseline first when asked for."""
     variants = []
     if config.serial and config.workers > 1:
         variants.append(("serial", 1, False))
-    variants.append(
-        (
-            "locked" if config.locking == "locked" else "hogwild",
-            config.workers,
-            config.locking == "locked",
-        )
-    )
+    locked = config.locking == "locked"
+    variants.append(("locked" if locked else "hogwild", config.workers, locked))
+    return variants
+
+
+def _summary(
+    config: HogwildConfig,
+    problem: Any,
+    model: Any,
+    variant: str,
+    workers: int,
+    wall: float,
+    curve: list[tuple[float, int, float]],
+    features: int,
+) -> dict[str, Any]:
+    """One variant's record: its speed, where it ended, and when it reached the target."""
+    return {
+        "kind": "summary",
+        "variant": variant,
+        "model": config.model,
+        "workers": workers,
+        "threads": config.threads,
+        "oversubscribed": workers * config.threads > usable_cores(),
+        "updates": config.updates,
+        "wall_s": wall,
+        "updates_per_s": config.updates / wall,
+        "loss": problem.loss(model),
+        "accuracy": problem.accuracy(model),
+        "target_loss": config.target,
+        "time_to_target_s": _time_to(curve, config.target),
+        "overlap_model": overlap_model(config.model, workers, config.batch, config.nnz, features),
+    }
+
+
+def run_hogwild(config: HogwildConfig, progress: Progress) -> Result:
+    problem = make_problem(config.model, seed=config.seed, nnz=config.nnz)
+    features = problem.make_model().weight.num_embeddings if config.model == "sparse" else 0
+    variants = _variants(config)
     summaries: list[dict[str, Any]] = []
     curves: list[dict[str, Any]] = []
     for i, (variant, workers, locked) in enumerate(variants):
@@ -105,26 +134,7 @@ def run_hogwild(config: HogwildConfig, progress: Progress) -> Result:
         )
         wall = max(o["end"] for o in outs) - min(o["start"] for o in outs)
         curve = merged_curve(outs)
-        summaries.append(
-            {
-                "kind": "summary",
-                "variant": variant,
-                "model": config.model,
-                "workers": workers,
-                "threads": config.threads,
-                "oversubscribed": workers * config.threads > cores,
-                "updates": config.updates,
-                "wall_s": wall,
-                "updates_per_s": config.updates / wall,
-                "loss": problem.loss(model),
-                "accuracy": problem.accuracy(model),
-                "target_loss": config.target,
-                "time_to_target_s": _time_to(curve, config.target),
-                "overlap_model": overlap_model(
-                    config.model, workers, config.batch, config.nnz, features
-                ),
-            }
-        )
+        summaries.append(_summary(config, problem, model, variant, workers, wall, curve, features))
         curves += [
             {"kind": "curve", "variant": variant, "time_s": t, "update": u, "loss_smoothed": v}
             for t, u, v in curve

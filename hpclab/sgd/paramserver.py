@@ -82,72 +82,93 @@ def _server(ctx: RankContext, plan: Plan) -> dict[str, Any]:
     import torch.distributed as dist
 
     lo, hi = plan.bounds()[ctx.rank]
-    shard = ParameterShard(plan.init[lo:hi].clone(), plan.lr)
+    server = _Server(plan, ParameterShard(plan.init[lo:hi].clone(), plan.lr))
     buf = torch.empty(HEADER + hi - lo)
-    reply = torch.empty(1 + hi - lo)
-    clocks = [0] * plan.trainers  # pushes per trainer (SSP)
-    finished: set[int] = set()  # trainer indices that sent STOP
-    waiting: list[int] = []  # trainers whose reply is held back (SSP) or pending (sync)
-    grad_sum = torch.zeros(hi - lo)
     blocked_s = 0.0
     total_updates = plan.steps * plan.trainers
-
-    def answer(rank: int) -> None:
-        reply[0] = shard.version
-        reply[1:] = shard.params
-        dist.send(reply, dst=rank)
-
     dist.barrier()
     start = time.monotonic()
-    while len(finished) < plan.trainers:
+    while len(server.finished) < plan.trainers:
         t0 = time.monotonic()
         src = dist.recv(buf)  # from any trainer
         blocked_s += time.monotonic() - t0
         op, version, payload = float(buf[0]), int(buf[1]), buf[HEADER:]
-        t = src - plan.servers
         if op == PULL:
-            answer(src)
+            server.answer(src)
         elif op == STOP:
-            finished.add(t)
-        elif plan.mode == "sync":
-            # Every trainer pulled the same version; the mean of the gradients is one update.
-            if version != shard.version:
-                raise RuntimeError(f"sync: trainer {t} pushed version {version} at {shard.version}")
-            grad_sum += payload
-            waiting.append(src)
-            if len(waiting) == plan.trainers:
-                shard.staleness.extend([0] * (plan.trainers - 1))
-                apply_gradient(shard, grad_sum / plan.trainers, version)
-                grad_sum.zero_()
-                for r in waiting:
-                    answer(r)
-                waiting.clear()
+            server.finished.add(src - plan.servers)
         else:
-            apply_gradient(shard, payload, version)
-            clocks[t] += 1
-            if plan.mode == "async" or ssp_allows(clocks, t, plan.bound, finished):
-                answer(src)
-            else:
-                waiting.append(src)
-        if plan.mode == "ssp" and waiting:
-            # A push or a STOP may let held-back trainers go on.
-            for r in list(waiting):
-                if ssp_allows(clocks, r - plan.servers, plan.bound, finished):
-                    waiting.remove(r)
-                    answer(r)
+            server.push(src, version, payload)
+        if plan.mode == "ssp" and server.waiting:
+            server.release()  # a push or a STOP may let held-back trainers go on
+        shard = server.shard
         if ctx.rank == 0 and shard.version % 20 == 0 and op == PUSH:
             done = shard.version * (plan.trainers if plan.mode == "sync" else 1)
             ctx.progress(done, total_updates, f"server 0: version {shard.version}")
     wall = time.monotonic() - start
     return {
         "role": "server",
-        "params": shard.params,
-        "version": shard.version,
-        "staleness": shard.staleness,
+        "params": server.shard.params,
+        "version": server.shard.version,
+        "staleness": server.shard.staleness,
         "wall_s": wall,
         "busy_s": wall - blocked_s,
         "start": start,
     }
+
+
+class _Server:
+    """One server's state between messages: its shard, each trainer's pushes (its clock, for
+    SSP), the trainers that sent STOP, and those whose reply is held back (SSP) or pending
+    (sync). Trainers are named by rank in messages and by index (rank - servers) in clocks."""
+
+    def __init__(self, plan: Plan, shard: ParameterShard) -> None:
+        self.plan, self.shard = plan, shard
+        self.reply = torch.empty(1 + len(shard.params))
+        self.clocks = [0] * plan.trainers
+        self.finished: set[int] = set()
+        self.waiting: list[int] = []
+        self.grad_sum = torch.zeros(len(shard.params))
+
+    def answer(self, rank: int) -> None:
+        import torch.distributed as dist
+
+        self.reply[0] = self.shard.version
+        self.reply[1:] = self.shard.params
+        dist.send(self.reply, dst=rank)
+
+    def push(self, src: int, version: int, grad: torch.Tensor) -> None:
+        """A trainer's gradient for this shard, pulled at ``version``."""
+        plan, t = self.plan, src - self.plan.servers
+        if plan.mode == "sync":
+            # Every trainer pulled the same version; the mean of the gradients is one update.
+            if version != self.shard.version:
+                raise RuntimeError(
+                    f"sync: trainer {t} pushed version {version} at {self.shard.version}"
+                )
+            self.grad_sum += grad
+            self.waiting.append(src)
+            if len(self.waiting) == plan.trainers:
+                self.shard.staleness.extend([0] * (plan.trainers - 1))
+                apply_gradient(self.shard, self.grad_sum / plan.trainers, version)
+                self.grad_sum.zero_()
+                for r in self.waiting:
+                    self.answer(r)
+                self.waiting.clear()
+            return
+        apply_gradient(self.shard, grad, version)
+        self.clocks[t] += 1
+        if plan.mode == "async" or ssp_allows(self.clocks, t, plan.bound, self.finished):
+            self.answer(src)
+        else:
+            self.waiting.append(src)
+
+    def release(self) -> None:
+        """SSP: answer the held-back trainers that are no longer too far ahead."""
+        for r in list(self.waiting):
+            if ssp_allows(self.clocks, r - self.plan.servers, self.plan.bound, self.finished):
+                self.waiting.remove(r)
+                self.answer(r)
 
 
 # --- trainers -----------------------------------------------------------------------------

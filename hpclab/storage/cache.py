@@ -21,6 +21,8 @@ import mmap
 import os
 from pathlib import Path
 
+from hpclab.measure.libc import libc as typed_libc
+
 
 def _files(path: str | os.PathLike) -> list[Path]:
     path = Path(path)
@@ -49,20 +51,12 @@ def evict(path: str | os.PathLike) -> int:
 
 
 def _libc():
-    name = ctypes.util.find_library("c")
-    lib = ctypes.CDLL(name, use_errno=True) if name else None
-    if lib is None or not hasattr(lib, "mincore"):
+    try:
+        lib = typed_libc()
+    except OSError:
         return None
-    lib.mmap.argtypes = (
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_long,
-    )
-    lib.mmap.restype = ctypes.c_void_p
-    lib.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+    if not hasattr(lib, "mincore"):
+        return None
     lib.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte))
     lib.mincore.restype = ctypes.c_int
     return lib

@@ -184,10 +184,8 @@ class WaitConfig(Config):
 def run_wait(config: WaitConfig, progress: Progress, on_step=None) -> Result:
     """Train ``config.steps`` steps per format; ``on_step(record)`` sees each step as it ends
     (the live monitor in :mod:`hpclab.widgets.wait_monitor` draws with it)."""
-    import torch
-
     from hpclab.storage.workspace import prepared
-    from hpclab.train import make_model, train_step
+    from hpclab.train import train_step
 
     where = place(1, config.device)
     device, on_gpu = where.devices[0], where.device == "cuda"
@@ -202,12 +200,7 @@ def run_wait(config: WaitConfig, progress: Progress, on_step=None) -> Result:
         loader = make_loader(
             path, config.batch_size, config.workers, pin, True, config.steps + 1, **kw
         )
-        model = make_model(config.model, in_features=features).to(device)
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        warm_x = torch.rand(config.batch_size, features, device=device)
-        warm_y = torch.zeros(config.batch_size, dtype=torch.long, device=device)
-        for _ in range(3):  # the first steps in a process are slow (allocation, lazy init)
-            train_step(model, opt, warm_x, warm_y)
+        model, opt = _warm_model(config, features, device)
         steps = []
         it = iter(loader)
         for step in range(config.steps + 1):  # step 0 starts the workers: a warm-up, not counted
@@ -225,27 +218,51 @@ def run_wait(config: WaitConfig, progress: Progress, on_step=None) -> Result:
                     on_step(records[-1])
                 progress.update(k * config.steps + step, total, f"{fmt}: step {step}")
         del it
-        wait = sum(s[0] for s in steps)
-        busy = sum(s[1] for s in steps)
-        util = None
-        if on_gpu:
-            try:
-                util = torch.cuda.utilization()  # NVML, when pynvml is installed
-            except Exception:  # noqa: BLE001 - no NVML: leave it out
-                util = None
-        records.append(
-            {
-                "kind": "summary",
-                "format": fmt,
-                "device": device,
-                "workers": config.workers,
-                "batch_size": config.batch_size,
-                "steps": len(steps),
-                "wait_fraction": wait / (wait + busy),
-                "samples_per_s": len(steps) * config.batch_size / (wait + busy),
-                "step_ms": 1e3 * statistics.median(a + b for a, b in steps),
-                "gpu_utilization_pct": util,
-            }
-        )
+        records.append(_summary(config, fmt, device, steps, on_gpu))
     progress.update(total, total, "")
     return make_result("data-wait", config, records)
+
+
+def _warm_model(config: WaitConfig, features: int, device: str) -> tuple[Any, Any]:
+    """A fresh model and its SGD optimizer on ``device``, past the slow first steps of a
+    process (allocation, lazy init) on random batches."""
+    import torch
+
+    from hpclab.train import make_model, train_step
+
+    model = make_model(config.model, in_features=features).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    warm_x = torch.rand(config.batch_size, features, device=device)
+    warm_y = torch.zeros(config.batch_size, dtype=torch.long, device=device)
+    for _ in range(3):
+        train_step(model, opt, warm_x, warm_y)
+    return model, opt
+
+
+def _summary(
+    config: WaitConfig, fmt: str, device: str, steps: list[tuple[float, float]], on_gpu: bool
+) -> dict[str, Any]:
+    """One format's record: the share of the time spent waiting for data, from its steps'
+    (wait, compute) seconds."""
+    import torch
+
+    wait = sum(s[0] for s in steps)
+    busy = sum(s[1] for s in steps)
+    util = None
+    if on_gpu:
+        try:
+            util = torch.cuda.utilization()  # NVML, when pynvml is installed
+        except Exception:  # noqa: BLE001 - no NVML: leave it out
+            util = None
+    return {
+        "kind": "summary",
+        "format": fmt,
+        "device": device,
+        "workers": config.workers,
+        "batch_size": config.batch_size,
+        "steps": len(steps),
+        "wait_fraction": wait / (wait + busy),
+        "samples_per_s": len(steps) * config.batch_size / (wait + busy),
+        "step_ms": 1e3 * statistics.median(a + b for a, b in steps),
+        "gpu_utilization_pct": util,
+    }

@@ -99,28 +99,8 @@ def pack(
         manifest = Manifest(fmt, n, shape, "uint8", checksum.hexdigest(), 0, 0, options)
         (tmp / MANIFEST).write_text(manifest.to_json())  # last: a manifest means complete data
         t_write = time.perf_counter() - t0
-        t_verify = 0.0
-        if verify:
-            t0 = time.perf_counter()
-            reader = open_dataset(tmp)
-            try:
-                reader.verify()
-            finally:
-                reader.close()
-                if fmt == "lmdb":
-                    lmdb_format.forget(tmp)  # the map must not outlive the temporary name
-            t_verify = time.perf_counter() - t0
-        nbytes, nfiles = disk_usage(tmp)
-        manifest.files, manifest.bytes_on_disk = nfiles, nbytes
-        if nfiles <= MAX_SIZED_FILES:
-            # Sizes of the data files: a truncated copy is caught before it is mapped (a map
-            # past the end of a file kills the reader with SIGBUS instead of an error).
-            manifest.options["file_sizes"] = {
-                str(p.relative_to(tmp)): p.stat().st_size
-                for p in sorted(tmp.rglob("*"))
-                if p.is_file() and p.name not in (MANIFEST, "lock.mdb")
-            }
-        (tmp / MANIFEST).write_text(manifest.to_json())
+        t_verify = _verify(tmp, fmt) if verify else 0.0
+        nbytes, nfiles = _seal(tmp, manifest)
     return {
         "format": fmt,
         "samples": n,
@@ -134,3 +114,33 @@ def pack(
         "checksum": manifest.checksum,
         "path": str(out),
     }
+
+
+def _verify(tmp: Path, fmt: str) -> float:
+    """Read back what was written under ``tmp`` and check every sample; the seconds it took."""
+    t0 = time.perf_counter()
+    reader = open_dataset(tmp)
+    try:
+        reader.verify()
+    finally:
+        reader.close()
+        if fmt == "lmdb":
+            lmdb_format.forget(tmp)  # the map must not outlive the temporary name
+    return time.perf_counter() - t0
+
+
+def _seal(tmp: Path, manifest: Manifest) -> tuple[int, int]:
+    """Write the manifest again with what is on disk (and each data file's size); the bytes
+    and files on disk."""
+    nbytes, nfiles = disk_usage(tmp)
+    manifest.files, manifest.bytes_on_disk = nfiles, nbytes
+    if nfiles <= MAX_SIZED_FILES:
+        # Sizes of the data files: a truncated copy is caught before it is mapped (a map
+        # past the end of a file kills the reader with SIGBUS instead of an error).
+        manifest.options["file_sizes"] = {
+            str(p.relative_to(tmp)): p.stat().st_size
+            for p in sorted(tmp.rglob("*"))
+            if p.is_file() and p.name not in (MANIFEST, "lock.mdb")
+        }
+    (tmp / MANIFEST).write_text(manifest.to_json())
+    return nbytes, nfiles

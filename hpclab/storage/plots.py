@@ -111,24 +111,19 @@ def plot_wait(result: Result):
     for col, fmt in enumerate(formats, start=1):
         sel = [r for r in steps if r["format"] == fmt]
         x = [r["step"] for r in sel]
-        fig.add_bar(
-            x=x,
-            y=[1e3 * r["compute_s"] for r in sel],
-            name="computing",
-            marker_color="#1f77b4",
-            showlegend=col == 1,
-            row=1,
-            col=col,
-        )
-        fig.add_bar(
-            x=x,
-            y=[1e3 * r["wait_s"] for r in sel],
-            name="waiting for data",
-            marker_color="#d62728",
-            showlegend=col == 1,
-            row=1,
-            col=col,
-        )
+        for field, name, color in (
+            ("compute_s", "computing", "#1f77b4"),
+            ("wait_s", "waiting for data", "#d62728"),
+        ):
+            fig.add_bar(
+                x=x,
+                y=[1e3 * r[field] for r in sel],
+                name=name,
+                marker_color=color,
+                showlegend=col == 1,
+                row=1,
+                col=col,
+            )
     fig.update_layout(barmode="stack", title="Where each training step's time goes", height=400)
     fig.update_yaxes(title_text="ms per step", row=1, col=1)
     return fig

@@ -125,19 +125,13 @@ def gpu_copy(nbytes: int, memory: str, direction: str, device: str, repeat: int 
         host = host.pin_memory()
     dev = _fill(torch.empty(nbytes, dtype=torch.uint8, device=device))
     nb = memory == "pinned"
-    if direction == "h2d":
+    if direction in ("h2d", "d2h"):
+        src, dst = (host, dev) if direction == "h2d" else (dev, host)
         return time_fn(
-            lambda: dev.copy_(host, non_blocking=nb),
+            lambda: dst.copy_(src, non_blocking=nb),
             device=device,
             repeat=repeat,
-            check=_checker(host),
-        )
-    if direction == "d2h":
-        return time_fn(
-            lambda: host.copy_(dev, non_blocking=nb),
-            device=device,
-            repeat=repeat,
-            check=_checker(dev),
+            check=_checker(src),
         )
     host2 = _fill(torch.empty(nbytes, dtype=torch.uint8))
     host2 = host2.pin_memory() if nb else host2

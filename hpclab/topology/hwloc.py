@@ -244,28 +244,7 @@ def parse_xml(text: str, name: str = "machine", source: str = "") -> Topology:
         oid = f"o{len(objects)}"
         if elem.get("gp_index"):
             gp_to_id[elem.get("gp_index", "")] = oid
-        vendor, device = _ids(elem)
-        link = elem.get("pci_link_speed")
-        objects.append(
-            {
-                "id": oid,
-                "parent": parent,
-                "kind": kind,
-                "hwloc_type": elem.get("type", ""),
-                "name": _name(elem, kind),
-                "depth": depth,
-                "numa_node": numa,
-                "package": package,
-                "os_index": int(elem.get("os_index")) if elem.get("os_index") else None,
-                "pci_busid": elem.get("pci_busid"),
-                "pci_class": (elem.get("pci_type") or "").split(" ")[0] or None,
-                "vendor_id": vendor or None,
-                "device_id": device or None,
-                "link_gbps": float(link) if link and float(link) > 0 else None,
-                "cache_bytes": int(elem.get("cache_size")) if elem.get("cache_size") else None,
-                "memory_bytes": int(elem.get("local_memory")) if elem.get("local_memory") else None,
-            }
-        )
+        objects.append(_record(elem, oid, parent, kind, depth, numa, package))
         for child in children:
             walk(child, oid, depth + 1, numa, package)
 
@@ -275,6 +254,33 @@ def parse_xml(text: str, name: str = "machine", source: str = "") -> Topology:
     name_gpus(topo)
     topo.nvlink_gbps = _nvlink(root, topo, gp_to_id)
     return topo
+
+
+def _record(
+    elem: ET.Element, oid: str, parent: str | None, kind: str, depth: int, numa: Any, package: Any
+) -> dict[str, Any]:
+    """One hwloc object as a flat record: where it sits (parent, depth, NUMA node, package)
+    and what hwloc says of it (PCI ids and link, cache and memory sizes)."""
+    vendor, device = _ids(elem)
+    link = elem.get("pci_link_speed")
+    return {
+        "id": oid,
+        "parent": parent,
+        "kind": kind,
+        "hwloc_type": elem.get("type", ""),
+        "name": _name(elem, kind),
+        "depth": depth,
+        "numa_node": numa,
+        "package": package,
+        "os_index": int(elem.get("os_index")) if elem.get("os_index") else None,
+        "pci_busid": elem.get("pci_busid"),
+        "pci_class": (elem.get("pci_type") or "").split(" ")[0] or None,
+        "vendor_id": vendor or None,
+        "device_id": device or None,
+        "link_gbps": float(link) if link and float(link) > 0 else None,
+        "cache_bytes": int(elem.get("cache_size")) if elem.get("cache_size") else None,
+        "memory_bytes": int(elem.get("local_memory")) if elem.get("local_memory") else None,
+    }
 
 
 def name_gpus(topo: Topology) -> None:

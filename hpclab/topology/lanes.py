@@ -120,6 +120,14 @@ class LanesConfig(Config):
 
 
 def run_lanes(config: LanesConfig, progress: Progress) -> Result:
+    records = link_records() + budget_records(config) + reference_records()
+    progress.update(1, 1, "done")
+    return make_result("lanes", config, records)
+
+
+def link_records() -> list[dict[str, Any]]:
+    """Each link's bandwidth, one way and both ways: PCIe by generation and width, NVLink per
+    GPU, InfiniBand per 4x port."""
     records: list[dict[str, Any]] = []
     for gen in PCIE:
         for width in WIDTHS:
@@ -159,6 +167,12 @@ def run_lanes(config: LanesConfig, progress: Progress) -> Result:
                 "source": "InfiniBand Trade Association (4x port data rate)",
             }
         )
+    return records
+
+
+def budget_records(config: LanesConfig) -> list[dict[str, Any]]:
+    """The lane budget of each node of the lectures, and of the what-if node of ``config``."""
+    records: list[dict[str, Any]] = []
     scenarios = dict(SCENARIOS)
     scenarios["what-if"] = dict(
         gpus=config.gpus,
@@ -177,9 +191,7 @@ def run_lanes(config: LanesConfig, progress: Progress) -> Result:
                 "source": "Nakayama 2017 (lane budget)" if name != "what-if" else "your inputs",
             }
         )
-    records += reference_records()
-    progress.update(1, 1, "done")
-    return make_result("lanes", config, records)
+    return records
 
 
 def reference_records() -> list[dict[str, Any]]:

@@ -129,47 +129,11 @@ def run_overlap(config: OverlapConfig, progress: Progress) -> Result:
     device = resolve(config.device)
     n_bytes = config.batch_mib * 2**20
     dev.ensure_fits(3 * n_bytes, "cpu", f"{config.batch_mib} MiB batches")
-    records: list[dict[str, Any]] = []
     if device != "cpu":
-        for k, mode in enumerate(("serial", "overlapped")):
-            progress.update(k, 3, f"{mode} loop on {device}")
-            _gpu_loop(config, device, mode == "overlapped")  # warm-up: allocations, kernels
-            events = _gpu_loop(config, device, mode == "overlapped")
-            records += [{"tier": "live", "mode": mode, "record": "event", **e} for e in events]
-            total = max(e["end_s"] for e in events)
-            records.append(
-                {
-                    "tier": "live",
-                    "mode": mode,
-                    "record": "total",
-                    "seconds": total,
-                    "device": device,
-                }
-            )
-        copy_s = _mean(records, "copy", "serial")
-        compute_s = _mean(records, "compute", "serial")
+        records, copy_s, compute_s = _on_the_gpu(config, device, progress)
         note = ""
     else:
-        _, note = copies.pinned_available()
-        # No PCIe link to time here: the copy is the model's (bytes / link_gbps), the
-        # compute is measured on this CPU.
-        copy_s = n_bytes / (config.link_gbps * 1e9)
-        progress.update(1, 3, "timing one compute")
-        with dev.torch_threads(1):  # one thread: steady on a shared node
-            # compute_n is a GPU's matmul: on one CPU thread it takes ~1000x longer and the
-            # copies would be slivers beside it. Size the CPU's matmul so one step computes
-            # about as long as the modelled copy: both show, and overlap hides the most.
-            n, compute_s = 32, _compute_s(32, config.matmuls)
-            while compute_s < copy_s * 0.7 and n < 4096:
-                n = (int(n * 1.26) + 15) // 16 * 16  # each step about doubles the time
-                compute_s = _compute_s(n, config.matmuls)
-        records.append({"tier": "model", "record": "part", "op": "copy", "seconds": copy_s})
-        records.append(
-            {"tier": "live", "record": "part", "op": "compute", "seconds": compute_s, "n": n}
-        )
-        for mode in ("serial", "overlapped"):
-            events = schedule(copy_s, compute_s, config.steps, mode == "overlapped")
-            records += [{"tier": "model", "mode": mode, "record": "event", **e} for e in events]
+        records, copy_s, compute_s, note = _cpu_stand_in(config, n_bytes, progress)
     for mode, fn in (("serial", serial_total), ("overlapped", pipelined_total)):
         records.append(
             {
@@ -184,6 +148,51 @@ def run_overlap(config: OverlapConfig, progress: Progress) -> Result:
         )
     progress.update(3, 3, "done")
     return make_result("overlap", config, records)
+
+
+def _on_the_gpu(
+    config: OverlapConfig, device: str, progress: Progress
+) -> tuple[list[dict[str, Any]], float, float]:
+    """Both loops timed on the GPU, each after a warm-up run (allocations, kernels): their
+    events and totals, and the serial loop's mean copy and compute."""
+    records: list[dict[str, Any]] = []
+    for k, mode in enumerate(("serial", "overlapped")):
+        progress.update(k, 3, f"{mode} loop on {device}")
+        _gpu_loop(config, device, mode == "overlapped")  # warm-up: allocations, kernels
+        events = _gpu_loop(config, device, mode == "overlapped")
+        records += [{"tier": "live", "mode": mode, "record": "event", **e} for e in events]
+        total = max(e["end_s"] for e in events)
+        records.append(
+            {"tier": "live", "mode": mode, "record": "total", "seconds": total, "device": device}
+        )
+    return records, _mean(records, "copy", "serial"), _mean(records, "compute", "serial")
+
+
+def _cpu_stand_in(
+    config: OverlapConfig, n_bytes: int, progress: Progress
+) -> tuple[list[dict[str, Any]], float, float, str]:
+    """No PCIe link to time here: the copy is the model's (bytes / link_gbps), the compute is
+    measured on this CPU, and both loops are scheduled from the two. Also why pinned memory is
+    or is not available here."""
+    _, note = copies.pinned_available()
+    copy_s = n_bytes / (config.link_gbps * 1e9)
+    progress.update(1, 3, "timing one compute")
+    with dev.torch_threads(1):  # one thread: steady on a shared node
+        # compute_n is a GPU's matmul: on one CPU thread it takes ~1000x longer and the
+        # copies would be slivers beside it. Size the CPU's matmul so one step computes
+        # about as long as the modelled copy: both show, and overlap hides the most.
+        n, compute_s = 32, _compute_s(32, config.matmuls)
+        while compute_s < copy_s * 0.7 and n < 4096:
+            n = (int(n * 1.26) + 15) // 16 * 16  # each step about doubles the time
+            compute_s = _compute_s(n, config.matmuls)
+    records: list[dict[str, Any]] = [
+        {"tier": "model", "record": "part", "op": "copy", "seconds": copy_s},
+        {"tier": "live", "record": "part", "op": "compute", "seconds": compute_s, "n": n},
+    ]
+    for mode in ("serial", "overlapped"):
+        events = schedule(copy_s, compute_s, config.steps, mode == "overlapped")
+        records += [{"tier": "model", "mode": mode, "record": "event", **e} for e in events]
+    return records, copy_s, compute_s, note
 
 
 def _compute_s(n: int, matmuls: int) -> float:

@@ -27,7 +27,30 @@ def _ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
     return torch.where(ok, num / torch.where(ok, den, torch.ones_like(den)), torch.ones_like(num))
 
 
-class LARS(torch.optim.Optimizer):
+class _Layerwise(torch.optim.Optimizer):
+    """What LARS and LAMB share: validated hyper-parameters, and a step that updates each
+    parameter tensor with a gradient on its own (its norm is the layer's)."""
+
+    def __init__(self, params: Iterable[torch.nn.Parameter], ok: bool, allowed: str, **defaults):
+        if not ok:
+            given = ", ".join(f"{k}={v}" for k, v in defaults.items())
+            raise ValueError(f"{type(self).__name__}: {given}; allowed: {allowed}")
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self, closure=None):  # noqa: ANN001 - torch's signature
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            for w in group["params"]:
+                if w.grad is not None:
+                    self._update(w, group, self.state[w])
+        return loss
+
+    def _update(self, w: torch.Tensor, group: dict, state: dict) -> None:
+        raise NotImplementedError
+
+
+class LARS(_Layerwise):
     """Layer-wise Adaptive Rate Scaling with momentum ``momentum`` (m), weight decay
     ``weight_decay`` (beta) and trust coefficient ``eta`` (the paper's 0.001)."""
 
@@ -39,36 +62,25 @@ class LARS(torch.optim.Optimizer):
         weight_decay: float = 0.0,
         eta: float = 0.001,
     ) -> None:
-        if lr <= 0 or not 0 <= momentum < 1 or weight_decay < 0 or eta <= 0:
-            raise ValueError(
-                f"LARS: lr={lr}, momentum={momentum}, weight_decay={weight_decay}, eta={eta}; "
-                "allowed: lr > 0, 0 <= momentum < 1, weight_decay >= 0, eta > 0"
-            )
-        defaults = {"lr": lr, "momentum": momentum, "weight_decay": weight_decay, "eta": eta}
-        super().__init__(params, defaults)
+        ok = lr > 0 and 0 <= momentum < 1 and weight_decay >= 0 and eta > 0
+        allowed = "lr > 0, 0 <= momentum < 1, weight_decay >= 0, eta > 0"
+        super().__init__(
+            params, ok, allowed, lr=lr, momentum=momentum, weight_decay=weight_decay, eta=eta
+        )
 
-    @torch.no_grad()
-    def step(self, closure=None):  # noqa: ANN001 - torch's signature
-        loss = closure() if closure is not None else None
-        for group in self.param_groups:
-            beta, m = group["weight_decay"], group["momentum"]
-            for w in group["params"]:
-                if w.grad is None:
-                    continue
-                g = w.grad
-                w_norm, g_norm = w.norm(), g.norm()
-                local = _ratio(group["eta"] * w_norm, g_norm + beta * w_norm)
-                update = g.add(w, alpha=beta).mul_(group["lr"] * local)
-                state = self.state[w]
-                v = state.get("momentum")
-                if v is None:
-                    v = state["momentum"] = torch.zeros_like(w)
-                v.mul_(m).add_(update)
-                w.sub_(v)
-        return loss
+    def _update(self, w: torch.Tensor, group: dict, state: dict) -> None:
+        beta, g = group["weight_decay"], w.grad
+        w_norm, g_norm = w.norm(), g.norm()
+        local = _ratio(group["eta"] * w_norm, g_norm + beta * w_norm)
+        update = g.add(w, alpha=beta).mul_(group["lr"] * local)
+        v = state.get("momentum")
+        if v is None:
+            v = state["momentum"] = torch.zeros_like(w)
+        v.mul_(group["momentum"]).add_(update)
+        w.sub_(v)
 
 
-class LAMB(torch.optim.Optimizer):
+class LAMB(_Layerwise):
     """Layer-wise Adaptive Moments for Batch training: Adam's update, rescaled per tensor by
     ``||w|| / ||r + weight_decay * w||``."""
 
@@ -81,32 +93,22 @@ class LAMB(torch.optim.Optimizer):
         weight_decay: float = 0.0,
     ) -> None:
         b1, b2 = betas
-        if lr <= 0 or not (0 <= b1 < 1 and 0 <= b2 < 1) or eps <= 0 or weight_decay < 0:
-            raise ValueError(
-                f"LAMB: lr={lr}, betas={betas}, eps={eps}, weight_decay={weight_decay}; "
-                "allowed: lr > 0, 0 <= betas < 1, eps > 0, weight_decay >= 0"
-            )
-        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
-        super().__init__(params, defaults)
+        ok = lr > 0 and 0 <= b1 < 1 and 0 <= b2 < 1 and eps > 0 and weight_decay >= 0
+        allowed = "lr > 0, 0 <= betas < 1, eps > 0, weight_decay >= 0"
+        super().__init__(
+            params, ok, allowed, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay
+        )
 
-    @torch.no_grad()
-    def step(self, closure=None):  # noqa: ANN001 - torch's signature
-        loss = closure() if closure is not None else None
-        for group in self.param_groups:
-            b1, b2 = group["betas"]
-            for w in group["params"]:
-                if w.grad is None:
-                    continue
-                state = self.state[w]
-                if not state:
-                    state["t"] = 0
-                    state["m"] = torch.zeros_like(w)
-                    state["v"] = torch.zeros_like(w)
-                state["t"] += 1
-                t, m, v = state["t"], state["m"], state["v"]
-                m.mul_(b1).add_(w.grad, alpha=1 - b1)
-                v.mul_(b2).addcmul_(w.grad, w.grad, value=1 - b2)
-                r = (m / (1 - b1**t)) / ((v / (1 - b2**t)).sqrt() + group["eps"])
-                u = r.add(w, alpha=group["weight_decay"])
-                w.sub_(u.mul_(group["lr"] * _ratio(w.norm(), u.norm())))
-        return loss
+    def _update(self, w: torch.Tensor, group: dict, state: dict) -> None:
+        b1, b2 = group["betas"]
+        if not state:
+            state["t"] = 0
+            state["m"] = torch.zeros_like(w)
+            state["v"] = torch.zeros_like(w)
+        state["t"] += 1
+        t, m, v = state["t"], state["m"], state["v"]
+        m.mul_(b1).add_(w.grad, alpha=1 - b1)
+        v.mul_(b2).addcmul_(w.grad, w.grad, value=1 - b2)
+        r = (m / (1 - b1**t)) / ((v / (1 - b2**t)).sqrt() + group["eps"])
+        u = r.add(w, alpha=group["weight_decay"])
+        w.sub_(u.mul_(group["lr"] * _ratio(w.norm(), u.norm())))

@@ -13,6 +13,7 @@ is set (CI sets it), in which case they fail.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -238,6 +239,32 @@ def lab_factory(tmp_path: Path) -> Iterator[object]:
 # ---------------------------------------------------------------------------------------------
 # Failure artifacts
 # ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def browser_page(chromium_browser, request):
+    """``with browser_page(server) as (page, console):`` a fresh 1400x1000 page whose browser
+    console lines are collected. A failure in the block saves the artifacts (with ``server``'s
+    log; ``on_failure(folder)`` adds more) and prints where; the page's context always closes."""
+
+    @contextlib.contextmanager
+    def open_page(server: LabServer | None = None, on_failure=None):
+        context = chromium_browser.new_context(viewport={"width": 1400, "height": 1000})
+        page = context.new_page()
+        console: list[str] = []
+        page.on("console", lambda m: console.append(f"[{m.type}] {m.text}"))
+        try:
+            yield page, console
+        except BaseException:
+            out = _save_artifacts(request.node.nodeid, page=page, server=server, console=console)
+            if on_failure is not None:
+                on_failure(out)
+            print(f"artifacts saved to {out}")
+            raise
+        finally:
+            context.close()
+
+    return open_page
 
 
 @pytest.fixture

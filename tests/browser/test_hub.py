@@ -261,17 +261,15 @@ class _InJob:
 
 
 @pytest.mark.timeout(600)  # its waits add up to more than the module's 300 s on a loaded machine
-def test_hub_spawns_jupyterlab_as_a_slurm_job(
-    hub, slurm, student, reachable_env, chromium_browser, save_artifacts, request
-):
+def test_hub_spawns_jupyterlab_as_a_slurm_job(hub, slurm, student, reachable_env, browser_page):
     user = student[0]
     _give_notebook(user)
-    context = chromium_browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    console: list[str] = []
-    page.on("console", lambda m: console.append(f"[{m.type}] {m.text}"))
     timings: dict[str, float] = {}
-    try:
+
+    def hub_log(out) -> None:
+        (out / "hub.log").write_text(hub.log_text())
+
+    with browser_page(on_failure=hub_log) as (page, _console):
         t0 = time.monotonic()
         _login(page, hub, student)
         timings["login_s"] = time.monotonic() - t0
@@ -321,13 +319,6 @@ def test_hub_spawns_jupyterlab_as_a_slurm_job(
         _wait_for(lambda: not _jobs(slurm, user), 120, hub, "job gone after Stop My Server")
         timings["stop_to_gone_s"] = time.monotonic() - t3
         print(f"hub timings: {timings}; opened for the job's user: {reachable_env or 'nothing'}")
-    except BaseException:
-        out = save_artifacts(request.node.nodeid, page=page, console=console)
-        (out / "hub.log").write_text(hub.log_text())
-        print(f"artifacts saved to {out}")
-        raise
-    finally:
-        context.close()
 
 
 def test_stopping_the_hub_cancels_running_jobs_and_leaves_nothing(hub, slurm, student):

@@ -317,18 +317,12 @@ def _open_run_all_and_check(page, server, rel: str, timings: dict, t0: float) ->
 
 
 @pytest.mark.parametrize("notebook", list(_params()))
-def test_run_all_and_interact(
-    notebook: Path, lab_factory, chromium_browser, save_artifacts, request
-):
+def test_run_all_and_interact(notebook: Path, lab_factory, browser_page):
     t0 = time.monotonic()
     server, rel = lab_factory(notebook)
-    context = chromium_browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    console: list[str] = []
-    page.on("console", lambda m: console.append(f"[{m.type}] {m.text}"))
-    page.on("pageerror", lambda e: console.append(f"[pageerror] {e}"))
     timings: dict[str, float] = {}
-    try:
+    with browser_page(server) as (page, console):
+        page.on("pageerror", lambda e: console.append(f"[pageerror] {e}"))
         prompts = _open_run_all_and_check(page, server, rel, timings, t0)
 
         assert page.locator(CONTROL).count() > 0, (
@@ -377,12 +371,6 @@ def test_run_all_and_interact(
         timings["total_s"] = time.monotonic() - t0
         print(f"{rel}: {len(prompts)} code cells; {action}; plot {figure!r}; {clicked}; reload: "
               f"{got[1]} live figures drew again; timings {timings}")  # fmt: skip
-    except BaseException:
-        out = save_artifacts(request.node.nodeid, page=page, server=server, console=console)
-        print(f"artifacts saved to {out}")
-        raise
-    finally:
-        context.close()
 
 
 CHAPTERS = sorted(p for p in (REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb") if p != NOTEBOOK)
@@ -391,25 +379,17 @@ CHAPTERS = sorted(p for p in (REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"
 # Half the chapters here, half in test_lab_chapters.py: with `pytest -n 2 --dist loadfile`
 # (make test) each file runs on its own worker, and these are the longest tests.
 @pytest.mark.parametrize("notebook", CHAPTERS[0::2], ids=lambda p: p.stem)
-def test_every_chapter_runs_clean_in_the_browser(
-    notebook: Path, lab_factory, chromium_browser, save_artifacts, request
-):
-    check_chapter_in_browser(notebook, lab_factory, chromium_browser, save_artifacts, request)
+def test_every_chapter_runs_clean_in_the_browser(notebook: Path, lab_factory, browser_page):
+    check_chapter_in_browser(notebook, lab_factory, browser_page)
 
 
-def check_chapter_in_browser(
-    notebook: Path, lab_factory, chromium_browser, save_artifacts, request
-):
+def check_chapter_in_browser(notebook: Path, lab_factory, browser_page):
     """A chapter as a student opens it: Run All in JupyterLab, no traceback in any output, its
     widgets and plotly figures render, and they draw again after a save and a page reload."""
     t0 = time.monotonic()
     server, rel = lab_factory(notebook)
-    context = chromium_browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    console: list[str] = []
-    page.on("console", lambda m: console.append(f"[{m.type}] {m.text}"))
     timings: dict[str, float] = {}
-    try:
+    with browser_page(server) as (page, _console):
         prompts = _open_run_all_and_check(page, server, rel, timings, t0)
         _screenshot(page, f"{notebook.stem}-run")
         areas, drawn = _live_figures_drawn(page)
@@ -424,9 +404,3 @@ def check_chapter_in_browser(
         timings["clicked_s"] = time.monotonic() - t0
         print(f"{rel}: {len(prompts)} code cells; {clicked or 'no panel'}; {drawn} of {areas} "
               f"live figures drawn, {got[1]} after a reload; timings {timings}")  # fmt: skip
-    except BaseException:
-        out = save_artifacts(request.node.nodeid, page=page, server=server, console=console)
-        print(f"artifacts saved to {out}")
-        raise
-    finally:
-        context.close()

@@ -12,7 +12,5 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]  # as test_lab.py's
 
 
 @pytest.mark.parametrize("notebook", CHAPTERS[1::2], ids=lambda p: p.stem)
-def test_every_other_chapter_runs_clean_in_the_browser(
-    notebook: Path, lab_factory, chromium_browser, save_artifacts, request
-):
-    check_chapter_in_browser(notebook, lab_factory, chromium_browser, save_artifacts, request)
+def test_every_other_chapter_runs_clean_in_the_browser(notebook: Path, lab_factory, browser_page):
+    check_chapter_in_browser(notebook, lab_factory, browser_page)

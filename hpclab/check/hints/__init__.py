@@ -24,9 +24,12 @@ from typing import Any
 TOPICS = (  # one module here per check module of hpclab/check/
     "welcome",
     "compute",
+    "timing",
     "topology",
     "profiling",
+    "patient",
     "storage",
+    "lazy_dataset",
     "sgd",
     "ssp",
     "ddp",
