@@ -15,13 +15,10 @@ Usage: python benchmarks/sharding.py   (no arguments, ~2 minutes on 2 cores)
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+from _torchrun import torchrun_step_s  # beside this file
 
 WIDTH, DEPTH, BATCH, STEPS, WARMUP, ROUNDS = 512, 8, 32, 20, 3, 3
 HERE = Path(__file__).resolve().parent
@@ -38,19 +35,7 @@ def hpclab_run(strategies: tuple[str, ...]) -> dict[str, dict]:
 
 
 def plain_step() -> float:
-    tmp = tempfile.mkdtemp(prefix="hpclab-torchrun-")
-    try:
-        env = {**os.environ, "TMPDIR": tmp, "OMP_NUM_THREADS": "1"}
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc-per-node", "2", str(HERE / "fsdp_plain.py"),
-               *map(str, (WIDTH, DEPTH, BATCH, STEPS, WARMUP))]  # fmt: skip
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-        if out.returncode:
-            raise RuntimeError(f"torchrun failed: {out.stderr.strip()[-500:]}")
-        line = next(x for x in out.stdout.splitlines() if x.startswith("{"))
-        return json.loads(line)["step_s"]
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    return torchrun_step_s(HERE / "fsdp_plain.py", WIDTH, DEPTH, BATCH, STEPS, WARMUP)
 
 
 def main() -> int:
