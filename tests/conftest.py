@@ -15,12 +15,21 @@ def _isolated_results(tmp_path, monkeypatch):
 
 @pytest.fixture
 def no_orphans():
-    """Fails the test if it leaves child processes of this pytest process alive."""
+    """Fails the test if it leaves child processes of this pytest process alive. A process
+    started meanwhile by one that was there before (e.g. a renderer of the session's browser,
+    kept by an earlier browser test in this worker) is not the test's."""
     me = psutil.Process(os.getpid())
     before = {p.pid for p in me.children(recursive=True)}
+
+    def the_tests(p: psutil.Process) -> bool:
+        try:
+            return p.pid not in before and not any(a.pid in before for a in p.parents())
+        except psutil.NoSuchProcess:
+            return False
+
     yield
     gone, alive = psutil.wait_procs(
-        [p for p in me.children(recursive=True) if p.pid not in before], timeout=3
+        [p for p in me.children(recursive=True) if the_tests(p)], timeout=3
     )
     assert not alive, f"processes left behind: {[(p.pid, p.name()) for p in alive]}"
 
