@@ -38,7 +38,7 @@ in-network reduction the printed busbw exceeds the wire's: on one NVSwitch node,
 2(n-1)/n / ((n+1)/n) = 2(n-1)/(n+1) (14/9 on 8 GPUs); nccl-tests' doc lists (n-1)/(n+1) for
 in-network all-reduce. Sources: NVIDIA/nccl-tests doc/PERFORMANCE.md and issues #212 (2024-05-06)
 and #153; NVIDIA/nccl src/transport/nvls.cc (v2.30.7); NVIDIA, "InfiniBand Cluster Bring-up
-Procedure" and HPC-X 2.26 "NCCL-RDMA-SHARP Plugins"; reviews row numbers in ``PUBLISHED``.
+Procedure" and HPC-X 2.26 "NCCL-RDMA-SHARP Plugins"; the figures compared in ``PUBLISHED``.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ class Node:
 
 
 NODES: dict[str, Node] = {
-    # reviews rows 15, 33: NVLink 4 at 450 GB/s one way; 8 x 400 Gb/s InfiniBand per node.
+    # NVLink 4 at 450 GB/s one way (900 both); 8 x 400 Gb/s InfiniBand per node.
     "dgx-h100": Node(
         source="8xH100 SXM on NVSwitch (NVLink 4: 450 GB/s one way, nccl-tests#212, 2024-05-06);"
         " 8 x 400 Gb/s InfiniBand, rail-optimized (NVIDIA IB cluster bring-up; MLCommons"
@@ -109,10 +109,10 @@ NODES: dict[str, Node] = {
         nic="ib-hdr",
         rail_optimized=False,
         source="8 PCIe 4 GPUs, one 200 Gb/s HDR NIC, fat tree (a typical older cluster node)",
-    ),  # fmt: skip
+    ),
 }
 
-# Published figures (the reference tier), as /work/shared/reviews/reference-figures.md checked them.
+# Published figures (the reference tier), each with its source and date, checked at the source.
 PUBLISHED: tuple[dict[str, Any], ...] = (
     {
         "case": "8xH100, ring",
