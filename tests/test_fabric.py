@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from hpclab.check import collectives
 from hpclab.config import ConfigError
 from hpclab.ddp.cost_model import (
     DEFAULT_LINK_EFFICIENCY,
@@ -14,7 +15,7 @@ from hpclab.ddp.cost_model import (
     predict,
     ring_allreduce_s,
 )
-from hpclab.ddp.fabric import NODES, PUBLISHED, Node, allreduce_cost
+from hpclab.ddp.fabric import NODES, PUBLISHED, Node, allreduce_cost, wire_from_busbw
 from hpclab.ddp.fabric_reference import AT_BYTES, affinity_rails, fabric_records, plot_fabric
 from hpclab.ddp.scaling import ScalingModelConfig, run_scaling_model
 from hpclab.progress import Progress
@@ -130,3 +131,29 @@ def test_the_figure_draws_model_and_reference():
     names = [t.name for t in fig.data]
     assert sum(n.startswith("model:") for n in names) == 7
     assert sum(n.startswith("reference:") for n in names) == len(PUBLISHED)
+
+
+def nvls_wire_solution(busbw_gbps, ranks):
+    return busbw_gbps / (2 * (ranks - 1) / ranks) * (ranks + 1) / ranks
+
+
+def test_published_nvls_busbw_read_back_to_the_wire():
+    assert wire_from_busbw(480.0, 8, "nvls") == pytest.approx(308.57, rel=1e-4)  # 0.69 of 450
+    assert wire_from_busbw(370.0, 8, "ring") == 370.0
+    with pytest.raises(ConfigError, match="allowed"):
+        wire_from_busbw(480.0, 8, "tree")
+
+
+def test_nvls_wire_check_accepts_the_solution_and_names_the_slips():
+    ok = collectives.nvls_wire(nvls_wire_solution)
+    assert ok.passed and "309 GB/s" in ok.message
+    for wrong, advice in (
+        (lambda b, n: b, "printed busbw itself"),
+        (lambda b, n: b * n / (2 * (n - 1)), "that is algbw"),
+        (lambda b, n: b * (n - 1) / (n + 1), "doc factor"),
+        (lambda b, n: b * (n + 1) / n, "multiplies algbw"),
+        (lambda b, n: 1.1 * nvls_wire_solution(b, n), "expected"),
+    ):
+        r = collectives.nvls_wire(wrong)
+        assert not r.passed and advice in r.message, r.message
+    assert not collectives.nvls_wire(308.6).passed

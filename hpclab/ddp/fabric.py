@@ -213,3 +213,16 @@ def allreduce_cost(
     algbw = nbytes / seconds / 1e9
     wire = loads[bottleneck][0] / seconds / 1e9
     return Cost(seconds, steps, bottleneck, algbw, algbw * 2 * (n - 1) / n, wire, times)
+
+
+def wire_from_busbw(busbw_gbps: float, n: int, algorithm: str = "nvls") -> float:
+    """What each GPU's link carries per direction on one node, from the busbw nccl-tests prints
+    (algbw x 2(n-1)/n): the ring's busbw is the wire's; NVLS moves (n+1)/n bytes per byte
+    reduced, so its wire is busbw x (n+1) / (2(n-1))."""
+    if n < 2:
+        raise ConfigError(f"n={n} must be >= 2 ranks")
+    if algorithm == "ring":
+        return busbw_gbps
+    if algorithm == "nvls":
+        return busbw_gbps * (n + 1) / (2 * (n - 1))
+    raise ConfigError(f"algorithm={algorithm!r} is not allowed here; allowed: ('ring', 'nvls')")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpclab.ddp.fabric import NODES, PUBLISHED, allreduce_cost
+from hpclab.ddp.fabric import NODES, PUBLISHED, allreduce_cost, wire_from_busbw
 from hpclab.display import figure
 
 # The published peaks are for large messages (NVLS: above 256 MB); the model is read at 1 GiB.
@@ -57,7 +57,8 @@ def fabric_records(nbytes: float = AT_BYTES) -> list[dict[str, Any]]:
 
 def fabric_table(nbytes: float = AT_BYTES) -> Any:
     """Model and published busbw side by side (busbw as nccl-tests prints it: algbw x
-    2(n-1)/n), with the link that sets the pace and what it carries (``wire_gbps``)."""
+    2(n-1)/n), with the link that sets the pace and what it carries per direction ("wire":
+    the model's, and the published busbw read back by :func:`~hpclab.ddp.fabric.wire_from_busbw`)."""
     import pandas as pd
 
     from hpclab.display import readable
@@ -76,6 +77,9 @@ def fabric_table(nbytes: float = AT_BYTES) -> Any:
                 "model busbw": r["busbw_gbps"],
                 "model wire": r["wire_gbps"],
                 "published busbw": ref.get("busbw_gbps"),
+                "published wire": (
+                    wire_from_busbw(ref["busbw_gbps"], r["gpus"], r["algorithm"]) if ref else None
+                ),
                 "model / published": r["busbw_gbps"] / ref["busbw_gbps"] if ref else None,
             }
         )
