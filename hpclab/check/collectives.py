@@ -1,5 +1,6 @@
-"""Check for chapter 06's collectives exercise: the alpha-beta cost of recursive doubling, tried
-on power-of-two and other rank counts (plausible mistakes are named)."""
+"""Checks for chapter 06's collectives exercises: the alpha-beta cost of recursive doubling, tried
+on power-of-two and other rank counts, and what NVLS's printed busbw means on the wire (plausible
+mistakes are named)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from hpclab.check import CheckResult, exercise_check, failed, formula_check, passed
 from hpclab.ddp.collective_model import model_s
+from hpclab.ddp.fabric import wire_from_busbw
 
 
 def _doubling(m: float, n: int, a: float, b: float) -> float:
@@ -110,3 +112,50 @@ def hang_culprit(answer: Any, result: Any) -> CheckResult:
         f"rank {answer} called the collective like most ranks; look for the TensorShape that "
         "differs in the DETAIL message"
     )
+
+
+def _nvls_wire(busbw: float, n: int) -> float:
+    return wire_from_busbw(busbw, n, "nvls")
+
+
+_WIRE_MISTAKES = (
+    (
+        lambda busbw, n: busbw,
+        "that is the printed busbw itself: nccl-tests multiplies algbw by the ring's 2(n-1)/n "
+        "whatever the algorithm, and under NVLS a link does not carry that",
+    ),
+    (
+        lambda busbw, n: busbw * n / (2 * (n - 1)),
+        "that is algbw (busbw / 2(n-1)/n): under NVLS each GPU's link carries (n+1)/n of it, the "
+        "whole buffer up to be added and its 1/n of the sum up again to be copied to all",
+    ),
+    (
+        lambda busbw, n: busbw * (n - 1) / (n + 1),
+        "(n-1)/(n+1), nccl-tests' doc factor, does not turn the printed busbw into a link's "
+        "bandwidth: undo 2(n-1)/n first (that gives algbw), then count the bytes per link",
+    ),
+    (
+        lambda busbw, n: busbw * (n + 1) / n,
+        "(n+1)/n multiplies algbw, not the printed busbw: undo 2(n-1)/n first",
+    ),
+)
+
+
+@exercise_check
+def nvls_wire(fn: Any) -> CheckResult:
+    """``fn(busbw_gbps, ranks)``: what each GPU's NVLink carries per direction under NVLS on one
+    NVSwitch node, from the busbw nccl-tests prints (chapter 06, "Real fabrics in the model")."""
+    if not callable(fn):
+        return failed("pass your function my_wire_gbps itself (not a number)")
+    cases = [(480.0, 8), (370.0, 4), (150.0, 2), (600.0, 72), (250.0, 3)]
+
+    def differs(case: tuple, got: float, want: float) -> str:
+        busbw, n = case
+        return f"for busbw {busbw:g} GB/s on {n} GPUs you return {got:.4g}; expected {want:.4g}"
+
+    return formula_check(
+        fn, cases, "my_wire_gbps", _nvls_wire, _WIRE_MISTAKES,
+        "busbw / (2(n-1)/n) is algbw, and NVLS moves (n+1)/n bytes per byte on each link: 480 "
+        "GB/s printed on 8xH100 is 309 GB/s on the wire, 0.69 of NVLink 4's 450.",
+        differs,
+    )  # fmt: skip

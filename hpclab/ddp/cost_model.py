@@ -12,11 +12,14 @@ the gradients::
 ``alpha`` is the per-message latency (s), ``B`` the per-link bandwidth (bytes/s), ``m`` the
 gradient bytes, ``overlap`` the fraction of the all-reduce hidden behind the backward pass.
 Within a node the link is ``link``; beyond ``gpus_per_node`` the ring crosses the network, and
-the slowest link sets its pace. Two simplifications: one ring (NCCL picks a tree, ~2 log2(n)
-latency terms, for small messages at large n, so latency-bound cases come out too slow), and one
-network link per ring (a node with one NIC per GPU runs a ring per NIC: up to gpus_per_node x
-the bandwidth). Presets name their sources; alpha values are typical orders of
-magnitude (stated as such): measure yours with ``hpclab run allreduce``.
+the slowest link sets its pace. Across nodes the rings share the node's ``nics_per_node`` NICs
+(NCCL runs a ring per NIC), so the network hop runs at ``nics_per_node x`` one NIC's bandwidth,
+capped by the link inside (default 1 NIC: one network link per ring). One simplification: one
+flat ring (NCCL picks a tree, ~2 log2(n) latency terms, for small messages at large n, so
+latency-bound cases come out too slow). The node in more detail (NVSwitch, rails, hierarchical
+and in-network all-reduce, NVLS/SHARP) is :mod:`hpclab.ddp.fabric`. Presets name their sources;
+alpha values are typical orders of magnitude (stated as such): measure yours with
+``hpclab run allreduce``.
 """
 
 from __future__ import annotations
@@ -175,11 +178,15 @@ def predict(
     link_efficiency: float = DEFAULT_LINK_EFFICIENCY,
     alpha_us: float | None = None,
     bandwidth_gbps: float | None = None,
+    nics_per_node: int = 1,
 ) -> Prediction:
     """Predicted step on ``gpus`` GPUs; efficiency = throughput / (gpus x one GPU's)."""
     if gpus < 1:
         raise ValueError(f"gpus={gpus} must be >= 1")
-    chosen = LINKS[link] if gpus <= gpus_per_node else slowest_link(LINKS[link], LINKS[network])
+    if gpus <= gpus_per_node:
+        chosen = LINKS[link]
+    else:
+        chosen = slowest_link(LINKS[link], rings_per_nic(LINKS[network], nics_per_node))
     name = link if gpus <= gpus_per_node else f"{network} (across nodes)"
     alpha = (chosen.alpha_us if alpha_us is None else alpha_us) * 1e-6
     bw = chosen.bandwidth_gbps * link_efficiency if bandwidth_gbps is None else bandwidth_gbps
@@ -192,6 +199,13 @@ def predict(
     one_rate = workload.batch / compute_s(workload, workload.batch)
     rate = global_batch / step
     return Prediction(gpus, per_gpu, comp, comm, step, rate, rate / (gpus * one_rate), name)
+
+
+def rings_per_nic(nic: Link, nics: int) -> Link:
+    """The network a node's rings see: one ring per NIC, so ``nics x`` one NIC's bandwidth."""
+    if nics < 1:
+        raise ValueError(f"nics_per_node={nics} must be >= 1")
+    return Link(nic.bandwidth_gbps * nics, nic.alpha_us, nic.source)
 
 
 def slowest_link(a: Link, b: Link) -> Link:

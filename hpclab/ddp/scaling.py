@@ -28,6 +28,7 @@ class ScalingModelConfig(Config):
     link: str = param("pcie3", choices=tuple(LINKS), help="link between GPUs inside a node")
     network: str = param("ib-edr", choices=tuple(LINKS), help="network between nodes")
     gpus_per_node: int = param(8, min=1, max=64, help="GPUs per node (beyond: the network)")
+    nics_per_node: int = param(1, min=1, max=64, help="NICs per node (a ring per NIC)")
     max_gpus: int = param(512, min=1, max=4096, log=True, help="largest GPU count (powers of 2)")
     scaling: str = param(
         "preset", choices=("preset", "weak", "strong"), help="preset: as the source ran it"
@@ -42,6 +43,11 @@ class ScalingModelConfig(Config):
     floor_ms: float = param(0.0, min=0.0, max=1e7, help="custom: smallest step compute (ms)")
 
     def check(self) -> None:
+        if self.nics_per_node > self.gpus_per_node:
+            raise ConfigError(
+                f"nics_per_node={self.nics_per_node} is more than gpus_per_node="
+                f"{self.gpus_per_node}; allowed: 1 .. gpus_per_node"
+            )
         if self.scaling == "preset" and self.workload == "custom":
             raise ConfigError("scaling='preset' needs a preset workload; allowed: weak, strong")
 
@@ -77,6 +83,7 @@ def run_scaling_model(config: ScalingModelConfig, progress: Progress) -> Result:
             link_efficiency=config.link_efficiency,
             alpha_us=None if config.alpha_us < 0 else config.alpha_us,
             bandwidth_gbps=None if config.bandwidth_gbps < 0 else config.bandwidth_gbps,
+            nics_per_node=config.nics_per_node,
         )
         records.append(
             {"tier": "model", "workload": config.workload, "scaling": scaling, **p.__dict__}

@@ -31,8 +31,9 @@ LEVELS = ("NV", "PIX", "PXB", "PHB", "NODE", "SYS")  # best first
 NVML_LEVELS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 
 
-def _pcie_level(topo: Topology, a: dict[str, Any], b: dict[str, Any]) -> str:
-    """PIX/PXB/PHB/NODE/SYS from the lowest common ancestor of two GPUs in the hwloc tree."""
+def pcie_level(topo: Topology, a: dict[str, Any], b: dict[str, Any]) -> str:
+    """PIX/PXB/PHB/NODE/SYS from the lowest common ancestor of two devices (GPUs, NICs) in the
+    hwloc tree."""
     up_a, up_b = topo.ancestors(a), topo.ancestors(b)
     ids_b = [o["id"] for o in up_b]
     common = next(o for o in up_a if o["id"] in ids_b)
@@ -77,7 +78,7 @@ def from_topology(topo: Topology) -> list[dict[str, Any]]:
     gpus = topo.of_kind("gpu")
     out = []
     for a, b in combinations(gpus, 2):
-        pcie = _pcie_level(topo, a, b)
+        pcie = pcie_level(topo, a, b)
         nv = _nvlink_gbps(topo, a["label"], b["label"])
         out.append(
             {

@@ -17,6 +17,18 @@ EXERCISES = (
         ),
     ),
     Exercise(
+        "nvls_wire",
+        (("function", "my_wire_gbps(busbw_gbps, ranks) returning GB/s"),),
+        (
+            "nccl-tests prints busbw = algbw x 2(n-1)/n for every all-reduce, the bytes a ring "
+            "moves per link; NVLS moves other bytes.",
+            "Under NVLS each GPU sends its whole buffer up once for the switch to add, and its "
+            "1/n of the sum up once more for the switch to copy to all: (n+1)/n per byte.",
+            "First undo the printed factor (busbw / (2(n-1)/n) is algbw), then multiply algbw "
+            "by the bytes per byte that cross one link.",
+        ),
+    ),
+    Exercise(
         "hang_culprit",
         (("number", "my_culprit, a rank number"),),
         (
