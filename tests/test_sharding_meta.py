@@ -41,7 +41,7 @@ def test_meta_init_holds_only_the_shards_while_building(meta_four):
     rows = _by(meta_four)
     whole = 4 * rows["ddp"]["params"]  # fp32
     assert rows["ddp"]["build_peak_bytes_per_rank"] >= whole
-    # ZeRO-3: a quarter (each layer padded to 4 shards: a hair more) and the 16 KiB scratch
+    # ZeRO-3: a quarter (each layer padded to 4 shards: a hair more) and the 4 KiB scratch
     zero3 = rows["zero3"]["build_peak_bytes_per_rank"]
     assert whole / 4 <= zero3 <= 1.02 * whole / 4 + 4 * SCRATCH_NUMEL
     # HSDP shards over the 2 ranks of a node: half

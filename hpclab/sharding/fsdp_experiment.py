@@ -7,7 +7,9 @@ trains it on the same batches (its ``DistributedSampler`` share) with Adam throu
 - ``params_max_diff_vs_ddp``: the whole parameters after ``warmup + 2 + steps`` steps against
   DDP's (sharding changes where state lives, not the arithmetic: fp32 differences stay at
   rounding level), beside ``params_max_diff_floor``: DDP against DDP with the ranks' gradients
-  summed in another order (:mod:`hpclab.sharding.floor`; 0 below 3 ranks, where there is none);
+  summed in another order (:mod:`hpclab.sharding.floor`; 0 below 3 ranks, where there is none),
+  and ``weights_equal_to_ddp`` (:func:`hpclab.sharding.floor.equal_weights`: within 1e-5 or
+  10x the floor);
 - ``init`` (``full``: built whole, then sharded; ``meta``: FSDP2 built from the meta device,
   :mod:`hpclab.sharding.meta_init`), ``build_peak_bytes_per_rank`` (the most bytes a rank held
   while building) and ``init_max_diff_vs_full`` (the built weights against the model built whole);
@@ -48,7 +50,7 @@ from hpclab.parallel.tensor_parallel import CommTally
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 from hpclab.sharding.comm_model import check_nodes, comm_bytes, shard_ranks, spans_nodes
-from hpclab.sharding.floor import floor_params
+from hpclab.sharding.floor import equal_weights, floor_params
 from hpclab.sharding.fsdp_plots import plot_fsdp, plot_state_vs_ranks
 from hpclab.sharding.meta_init import INITS, SHARDED, build_model
 from hpclab.sharding.planner import state_bytes as model_state
@@ -224,6 +226,7 @@ def run_fsdp(config: FsdpConfig, progress: Progress) -> Result:
         # Rajbhandari et al. 2020 §7, and HSDP's split: fp32 weights and gradients
         model_comm = comm_bytes(strategy, params, config.ranks, config.nodes)
         shards = shard_ranks(strategy, config.ranks, config.nodes)
+        diff = float((row["params"] - ref).abs().max())
         records.append(
             {
                 "tier": "live",
@@ -244,8 +247,9 @@ def run_fsdp(config: FsdpConfig, progress: Progress) -> Result:
                 "comm_calls": row["comm_calls"],
                 "step_s": max(r["step_s"] for r in per_rank),
                 "step_s_iqr": row["step_s_iqr"],
-                "params_max_diff_vs_ddp": float((row["params"] - ref).abs().max()),
+                "params_max_diff_vs_ddp": diff,
                 "params_max_diff_floor": floor,
+                "weights_equal_to_ddp": equal_weights(diff, floor),
                 "init": row["init"],
                 "build_peak_bytes_per_rank": max(r["build_peak_bytes_per_rank"] for r in per_rank),
                 "init_max_diff_vs_full": row["init_max_diff_vs_full"],

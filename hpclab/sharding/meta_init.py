@@ -15,7 +15,7 @@ numbers for different rows.
 ``uniform_(-1/sqrt(fan_in), 1/sqrt(fan_in))``), number after number from the seeded
 generator. A rank draws the other ranks' rows a few at a time into a small scratch block and its
 own rows into its shard, so its weights equal the whole model's bit for bit, and the most it
-holds while building is its shards and 16 KiB (:func:`build_model` measures it with
+holds while building is its shards and 4 KiB (:func:`build_model` measures it with
 :class:`~hpclab.sharding.probe.StepProbe`).
 """
 
@@ -36,7 +36,7 @@ from hpclab.train import make_model
 
 INITS = ("full", "meta")
 SHARDED = ("zero2", "zero3", "zero3-bf16", "hsdp")  # FSDP2: the strategies meta init applies to
-SCRATCH_NUMEL = 1 << 12  # numbers drawn at a time for other ranks' rows (16 KiB in fp32)
+SCRATCH_NUMEL = 1 << 10  # numbers drawn at a time for other ranks' rows (4 KiB in fp32)
 
 
 def _rows(param: torch.Tensor) -> tuple[int, int]:
