@@ -4,8 +4,8 @@
 ``fully_shard`` turns each parameter into a dim-0 sharded DTensor (still on meta);
 ``to_empty(device=...)`` gives each rank memory for its own shards only; then the values are
 written. PyTorch's recipe (its ``fully_shard`` docs and torchtitan) runs the model's
-initialisers again on the sharded DTensors, and DTensor's offset-based random generator makes
-the result equal an unsharded initialisation, but only on CUDA-like devices: on a CPU mesh
+initialisers again on the sharded DTensors, and DTensor's offset-based random generator gives
+each shard its own part of one random stream, but only on CUDA-like devices: on a CPU mesh
 DTensor's random ops fall back to each rank's own generator (torch warns "DTensor random
 operators may not have complete support on cpu device mesh"), so every rank would draw the same
 numbers for different rows.
