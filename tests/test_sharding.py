@@ -11,6 +11,7 @@ import torch
 
 from hpclab import experiments
 from hpclab.config import ConfigError
+from hpclab.sharding.floor import equal_weights
 from hpclab.sharding.fsdp_experiment import FsdpConfig, _params
 from hpclab.sharding.planner import PlanConfig, plan, run_plan, state_bytes
 from hpclab.sharding.zero1 import Zero1Optimizer
@@ -34,8 +35,8 @@ def _by(result):
 def test_every_strategy_ends_on_ddps_weights(two_ranks):
     rows = _by(two_ranks)
     for name, rec in rows.items():
-        if name != "zero3-bf16":
-            assert rec["params_max_diff_vs_ddp"] <= 1e-5, name
+        if name != "zero3-bf16":  # 2 ranks: no other order of the sum (floor 0), so <= 1e-5
+            assert equal_weights(rec["params_max_diff_vs_ddp"], rec["params_max_diff_floor"]), name
     # bf16 compute changes the arithmetic: not equal, yet within what 13 Adam steps of at most
     # ~lr each can move two runs apart
     assert 1e-5 < rows["zero3-bf16"]["params_max_diff_vs_ddp"] < 2 * 13 * 1e-3

@@ -8,6 +8,7 @@ import pytest
 from hpclab import experiments
 from hpclab.config import ConfigError
 from hpclab.sharding.comm_model import comm_bytes
+from hpclab.sharding.floor import equal_weights
 from hpclab.sharding.planner import PlanConfig, plan
 
 
@@ -27,8 +28,9 @@ def _by(result):
 
 def test_hsdp_ends_on_ddps_weights(two_nodes):
     rows = _by(two_nodes)
-    assert rows["hsdp"]["params_max_diff_vs_ddp"] <= 1e-5
-    assert rows["zero3"]["params_max_diff_vs_ddp"] <= 1e-5
+    for name in ("zero3", "hsdp"):  # 4 ranks: up to the order of the gradients' sum
+        rec = rows[name]
+        assert equal_weights(rec["params_max_diff_vs_ddp"], rec["params_max_diff_floor"]), name
 
 
 def test_hsdp_shards_the_state_over_one_node(two_nodes):

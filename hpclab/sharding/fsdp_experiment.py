@@ -4,9 +4,15 @@ Every rank builds the same model (same seed) once per strategy (:mod:`hpclab.sha
 trains it on the same batches (its ``DistributedSampler`` share) with Adam through the one step
 :func:`hpclab.train.train_step`, and reports, per strategy:
 
-- ``params_max_diff_vs_ddp``: the whole parameters after ``warmup + 1 + steps`` steps against
+- ``params_max_diff_vs_ddp``: the whole parameters after ``warmup + 2 + steps`` steps against
   DDP's (sharding changes where state lives, not the arithmetic: fp32 differences stay at
-  rounding level);
+  rounding level), beside ``params_max_diff_floor``: DDP against DDP with the ranks' gradients
+  summed in another order (:mod:`hpclab.sharding.floor`; 0 below 3 ranks, where there is none),
+  and ``weights_equal_to_ddp`` (:func:`hpclab.sharding.floor.equal_weights`: within 1e-5 or
+  10x the floor);
+- ``init`` (``full``: built whole, then sharded; ``meta``: FSDP2 built from the meta device,
+  :mod:`hpclab.sharding.meta_init`), ``build_peak_bytes_per_rank`` (the most bytes a rank held
+  while building) and ``init_max_diff_vs_full`` (the built weights against the model built whole);
 - ``state_bytes_per_rank``: parameters + gradients + optimizer state one rank holds between
   steps (:func:`hpclab.sharding.probe.state_bytes`), and ``model_state_bytes`` from
   :func:`hpclab.sharding.planner.state_bytes` (fp32 Adam: 4 + 4 + 8 bytes a parameter);
@@ -37,19 +43,20 @@ import platform
 from dataclasses import dataclass
 from typing import Any
 
-from hpclab.axes import DOUBLING
 from hpclab.config import Config, ConfigError, param
-from hpclab.display import figure
 from hpclab.dist import RankContext
 from hpclab.measure.timing import time_fn
 from hpclab.parallel.tensor_parallel import CommTally
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 from hpclab.sharding.comm_model import check_nodes, comm_bytes, shard_ranks, spans_nodes
+from hpclab.sharding.floor import equal_weights, floor_params
+from hpclab.sharding.fsdp_plots import plot_fsdp, plot_state_vs_ranks
+from hpclab.sharding.meta_init import INITS, SHARDED, build_model
 from hpclab.sharding.planner import state_bytes as model_state
 from hpclab.sharding.probe import StepProbe, state_bytes, state_tensors
-from hpclab.sharding.wrappers import DEFAULT_STRATEGIES, STAGE, STRATEGIES, build, full_params
-from hpclab.train import TrainSpec, batches, dataset, make_model, run_spec
+from hpclab.sharding.wrappers import DEFAULT_STRATEGIES, STAGE, STRATEGIES, full_params
+from hpclab.train import TrainSpec, batches, dataset, flat_params, make_model, run_spec
 from hpclab.train.step import train_step
 
 LAUNCHES = ("local", "slurm")
@@ -71,6 +78,9 @@ class FsdpConfig(Config):
     nodes: int = param(1, min=1, max=16, help="nodes the ranks fill (hsdp: one replica each)")
     launch: str = param(
         "local", choices=LAUNCHES, help="local: ranks here, nodes stood for; slurm: chapter 07's"
+    )
+    init: str = param(
+        "full", choices=INITS, help="full: build whole, then shard; meta: FSDP2 builds only shards"
     )
 
     def check(self) -> None:
@@ -110,15 +120,21 @@ def _spec(cfg: FsdpConfig) -> TrainSpec:
     )
 
 
+def _model(cfg: FsdpConfig, spec: TrainSpec):
+    return make_model("deep", SIDE * SIDE, seed=spec.seed, depth=cfg.depth, width=cfg.width)
+
+
 def _one(ctx: RankContext, spec: TrainSpec, strategy: str, cfg: FsdpConfig) -> dict[str, Any]:
-    model = make_model("deep", SIDE * SIDE, seed=spec.seed, depth=cfg.depth, width=cfg.width)
-    net, opt = build(
-        strategy, model.to(ctx.device), spec.optimizer, spec.lr, ctx.distributed, cfg.nodes
-    )
+    shape = {"features": SIDE * SIDE, "depth": cfg.depth, "width": cfg.width, "nodes": cfg.nodes}
+    net, opt, build_peak = build_model(strategy, cfg.init, ctx, spec, **shape)
+    whole = full_params(net)  # a collective: every rank; against the model built whole
+    init_diff = float((whole - flat_params(_model(cfg, spec))).abs().max()) if ctx.rank == 0 else 0
     stream = batches(ctx, spec, dataset(spec))
+    taken = []
 
     def step() -> None:
         train_step(net, opt, *next(stream))
+        taken.append(1)
 
     for _ in range(spec.warmup):
         step()
@@ -148,6 +164,10 @@ def _one(ctx: RankContext, spec: TrainSpec, strategy: str, cfg: FsdpConfig) -> d
         "step_s": timing.median_s,
         "step_s_iqr": timing.iqr_s,
         "params": full_params(net),
+        "steps_taken": len(taken),
+        "init": cfg.init if strategy in SHARDED else "full",
+        "build_peak_bytes_per_rank": build_peak,
+        "init_max_diff_vs_full": init_diff,
     }
 
 
@@ -161,6 +181,11 @@ def fsdp_worker(ctx: RankContext, spec: TrainSpec, cfg: FsdpConfig) -> list[dict
         if ctx.rank != 0:
             row.pop("params")
         out.append({"strategy": strategy, **row})
+    # DDP again, the ranks' gradients summed in reverse: how far two orders of a sum end apart
+    again = floor_params(ctx, spec, lambda: _model(cfg, spec), batches(ctx, spec, dataset(spec)),
+                         out[0]["steps_taken"])  # fmt: skip
+    if ctx.rank == 0:
+        out[0]["floor_params"] = again
     return out
 
 
@@ -190,6 +215,8 @@ def run_fsdp(config: FsdpConfig, progress: Progress) -> Result:
                      f"0-{config.ranks // config.nodes - 1} are node 0, and so on")  # fmt: skip
     params = _params(config)
     ref = outs[0][0]["params"]
+    again = outs[0][0]["floor_params"]  # None below 3 ranks: no other order of the sum
+    floor = 0.0 if again is None else float((again - ref).abs().max())
     records = []
     for k, row in enumerate(outs[0]):
         strategy = row["strategy"]
@@ -199,6 +226,7 @@ def run_fsdp(config: FsdpConfig, progress: Progress) -> Result:
         # Rajbhandari et al. 2020 §7, and HSDP's split: fp32 weights and gradients
         model_comm = comm_bytes(strategy, params, config.ranks, config.nodes)
         shards = shard_ranks(strategy, config.ranks, config.nodes)
+        diff = float((row["params"] - ref).abs().max())
         records.append(
             {
                 "tier": "live",
@@ -219,7 +247,12 @@ def run_fsdp(config: FsdpConfig, progress: Progress) -> Result:
                 "comm_calls": row["comm_calls"],
                 "step_s": max(r["step_s"] for r in per_rank),
                 "step_s_iqr": row["step_s_iqr"],
-                "params_max_diff_vs_ddp": float((row["params"] - ref).abs().max()),
+                "params_max_diff_vs_ddp": diff,
+                "params_max_diff_floor": floor,
+                "weights_equal_to_ddp": equal_weights(diff, floor),
+                "init": row["init"],
+                "build_peak_bytes_per_rank": max(r["build_peak_bytes_per_rank"] for r in per_rank),
+                "init_max_diff_vs_full": row["init_max_diff_vs_full"],
                 "device": "cpu",
                 "oversubscribed": config.launch == "local" and config.ranks > usable_cores(),
                 "placement": note,
@@ -229,65 +262,4 @@ def run_fsdp(config: FsdpConfig, progress: Progress) -> Result:
     return make_result("fsdp", config, records, ran_elsewhere=config.launch == "slurm")
 
 
-@figure
-def plot_fsdp(result: Result):
-    """Bytes per rank (state between steps, peak within a step) and bytes sent per step."""
-    from plotly.subplots import make_subplots
-
-    rows = result.records
-    names = [r["strategy"] for r in rows]
-    fig = make_subplots(
-        rows=1,
-        cols=3,
-        subplot_titles=("MiB held per rank", "MiB sent per rank per step", "step (ms)"),
-    )
-    mib = 2**20
-    fig.add_bar(x=names, y=[r["state_bytes_per_rank"] / mib for r in rows], name="state (live)",
-                row=1, col=1)  # fmt: skip
-    fig.add_bar(x=names, y=[r["peak_bytes_per_rank"] / mib for r in rows], name="peak (live)",
-                row=1, col=1)  # fmt: skip
-    fig.add_scatter(x=names, y=[r["model_state_bytes"] / mib for r in rows], mode="markers",
-                    name="state (model)", marker={"symbol": "line-ew-open", "size": 30,
-                    "color": "black"}, row=1, col=1)  # fmt: skip
-    fig.add_bar(x=names, y=[r["comm_bytes_per_step"] / mib for r in rows], name="sent (live)",
-                row=1, col=2)  # fmt: skip
-    if any(r.get("nodes", 1) > 1 for r in rows):  # what crosses the slow links between nodes
-        fig.add_bar(x=names, y=[r["comm_bytes_inter_node"] / mib for r in rows],
-                    name="across nodes (live)", row=1, col=2)  # fmt: skip
-    fig.add_scatter(x=names, y=[r["model_comm_bytes"] / mib for r in rows], mode="markers",
-                    name="sent (model)", marker={"symbol": "line-ew-open", "size": 30,
-                    "color": "gray"}, row=1, col=2)  # fmt: skip
-    fig.add_bar(x=names, y=[r["step_s"] * 1e3 for r in rows], name="step", row=1, col=3)
-    cfg = result.config
-    p = rows[0]["params"] / 1e6 if rows else 0
-    fig.update_layout(
-        title=f"{p:.1f} M parameters, Adam, fp32, on {cfg['ranks']} CPU ranks (gloo)"
-        + (f" as {cfg['nodes']} nodes" if cfg.get("nodes", 1) > 1 else ""),
-        barmode="group",
-        height=420,
-    )
-    return fig
-
-
-@figure
-def plot_state_vs_ranks(results: list[Result]):
-    """State bytes per rank against the rank count, live (markers) and model (lines)."""
-    import plotly.graph_objects as go
-
-    rows = sorted((r for res in results for r in res.records), key=lambda r: r["ranks"])
-    fig = go.Figure()
-    for strategy in dict.fromkeys(r["strategy"] for r in rows):
-        mine = [r for r in rows if r["strategy"] == strategy]
-        x = [r["ranks"] for r in mine]
-        fig.add_scatter(x=x, y=[r["state_bytes_per_rank"] / 2**20 for r in mine],
-                        mode="markers", marker={"size": 11}, name=f"{strategy} (live)")  # fmt: skip
-        fig.add_scatter(x=x, y=[r["model_state_bytes"] / 2**20 for r in mine], mode="lines",
-                        line={"dash": "dot"}, name=f"{strategy} (model)")  # fmt: skip
-    fig.update_xaxes(title="ranks", type="log", dtick=DOUBLING)
-    fig.update_yaxes(title="state per rank (MiB)", type="log")
-    fig.update_layout(
-        title="Sharded state shrinks as 1/N; DDP's does not<br><sup>state: parameters, "
-        "gradients and Adam's two moments held by one rank between steps</sup>",
-        height=420,
-    )
-    return fig
+__all__ = ["FsdpConfig", "fsdp_worker", "plot_fsdp", "plot_state_vs_ranks", "run_fsdp"]

@@ -70,6 +70,8 @@ def _nbytes(arg: Any) -> int:
 
 
 def _storage(t: torch.Tensor) -> torch.UntypedStorage | None:
+    if local(t).device.type == "meta":  # a shape with no memory behind it (meta-device init)
+        return None
     try:
         st = local(t).untyped_storage()
     except (RuntimeError, NotImplementedError):  # a wrapper with no storage of its own

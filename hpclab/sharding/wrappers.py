@@ -70,21 +70,31 @@ def build(
     lr: float,
     distributed: bool = True,
     nodes: int = 1,
+    device: str | torch.device | None = None,
+    offload: bool = False,
 ) -> tuple[nn.Module, Any]:
     """``model`` wrapped by ``strategy`` and its optimizer (``distributed=False``: no process
-    group, the bare model and optimizer: the serial reference). ``nodes``: HSDP's replicas."""
+    group, the bare model and optimizer: the serial reference). ``nodes``: HSDP's replicas.
+    ``device``: where the ranks compute (default: the model's; give it for a model still on the
+    meta device). ``offload``: FSDP2's ``CPUOffloadPolicy`` (shards, gradients and the optimizer
+    step in host memory; GPU ranks only)."""
     check_strategy(strategy)
+    if offload and not strategy.startswith(("zero2", "zero3", "hsdp")):
+        raise ValueError(f"offload is FSDP2's (zero2, zero3, zero3-bf16, hsdp), not {strategy}'s")
     if not distributed:
         return model, make_optimizer(optimizer, model.parameters(), lr)
     if strategy.startswith(("zero2", "zero3", "hsdp")):
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
         policy = MixedPrecisionPolicy()  # the default: everything in the parameters' fp32
         if strategy == "zero3-bf16":
             policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         kw = {"reshard_after_forward": strategy != "zero2", "mp_policy": policy}
+        if offload:
+            kw["offload_policy"] = CPUOffloadPolicy()
         if strategy == "hsdp":
-            kw["mesh"] = hsdp_mesh(next(model.parameters()).device, nodes)
+            where = torch.device(device) if device else next(model.parameters()).device
+            kw["mesh"] = hsdp_mesh(where, nodes)
         for layer in model.modules():
             if isinstance(layer, nn.Linear):
                 fully_shard(layer, **kw)
