@@ -8,7 +8,16 @@
    DataLoader, ``train_step``, ``time_fn``; its DDP reference run first) against
    ``benchmarks/fsdp_plain.py`` under torchrun. Interleaved round by round; each side keeps its
    least-disturbed (fastest) round, since load on a shared machine only ever adds time.
-   Goal: ratio <= 1.10.
+   Goal: ratio <= 1.10. Still open: on a quiet 2-core VM (2026-11-26) three runs gave 1.27,
+   1.13 and 1.17. Where the time goes, found by probes: the very same plain loop (prefetched
+   batches, no time_fn, no DataLoader) run in ranks started by hpclab's launcher takes 82-93 ms
+   a step against 75-80 ms under torchrun; cProfile counts the same 545k calls per 30 steps on
+   both sides, and the difference sits in gloo's ``wait`` (about 11 ms a step more), with 3-7 %
+   more CPU per step. Not the cause (each varied alone, the gap stayed): fork, spawn or
+   forkserver; the parent's preload; ``GLOO_SOCKET_IFNAME=lo`` vs the host name; the FileStore
+   vs a TCP store; the process group's timeout; flushing denormals. DDP through the same launch
+   matches torchrun (benchmarks/ddp_overhead.py: 0.96), so it is FSDP2's many small collectives
+   that feel it.
 
 Usage: python benchmarks/sharding.py   (no arguments, ~2 minutes on 2 cores)
 """

@@ -166,7 +166,7 @@ def _mark_fates(fig: Any, recs: list[dict]) -> None:
 
 
 def what_ran(result: Result) -> str:
-    """One measured line: the trials, how long one computed and what a fresh process cost (the
+    """The figure's title: the trials, how long one computed and what a fresh process cost (the
     ratio the chapter's lesson is about)."""
     import statistics
 
@@ -183,5 +183,6 @@ def what_ran(result: Result) -> str:
     )
     ups = [r["startup_s"] for r in recs if r.get("startup_s")]
     if ups:
-        line += f", a fresh process took {statistics.median(ups):.2f} s to start"
+        # a second, smaller line: one line overflows the figure's width and is cut off
+        line += f"<br><sup>a fresh process took {statistics.median(ups):.2f} s to start</sup>"
     return line
