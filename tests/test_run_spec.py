@@ -110,6 +110,7 @@ def test_no_module_outside_ddp_takes_the_engine_from_ddp_and_preload_stays_in_th
         "hpclab.ddp.cost_model",
         "hpclab.ddp.collective_model",
         "hpclab.ddp.serial_loop",
+        "hpclab.ddp.fabric",
     }
     for path in sorted((ROOT / "hpclab").rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()

@@ -135,12 +135,14 @@ def dump_hung_ranks(ranks: int, bad: int) -> tuple[int, str]:
         def pids() -> list[int]:
             return [p.pid for p in me.children(recursive=True) if p.pid not in before]
 
-        seen["stacks"], seen["why"] = watch(pids, ranks, STEPS - 1, "planted_worker", 30.0)
+        # it returns as soon as the hang is seen; on a loaded node one round of py-spy dumps
+        # can take seconds a rank, so give it long (a 30 s limit ran out with 2 busy processes)
+        seen["stacks"], seen["why"] = watch(pids, ranks, STEPS - 1, "planted_worker", 90.0)
         inner.cancel()
 
     thread = threading.Thread(target=spy, name="hpclab-py-spy", daemon=True)
     thread.start()
-    hold = 60.0  # process-group timeout: the hang lasts until the dumps are read
+    hold = 120.0  # process-group timeout: the hang lasts until the dumps are read
     try:
         launch(
             planted_worker,
