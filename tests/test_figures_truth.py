@@ -202,3 +202,24 @@ def test_the_title_and_its_notes_get_room_above_the_plot():
     )
     note_on(fig, "you got 0.2 of 2 cores")
     assert fig.layout.margin.t >= 60 + 22 * 4  # four lines of title
+
+
+def test_labels_of_lines_on_a_log_axis_sit_on_their_lines():
+    # plotly reads a shape's x as the value but an annotation's as its log10 on a log axis: a
+    # label given the value lands at 10^296 and squeezes the data into one corner
+    import math
+
+    from hpclab.ddp.large_batch_plot import plot_large_batch
+    from hpclab.results import Result
+
+    sweep = [
+        {"role": "sweep", "variant": "linear", "global_batch": b, "steps_to_target": s,
+         "reached": True, "lr": 0.1}
+        for b, s in ((64, 114), (256, 41), (1024, 20))
+    ]  # fmt: skip
+    fit = {"role": "fit", "s_min": 20.2, "b_crit": 296.0, "b_simple": 255.0}
+    fig = plot_large_batch(Result("large-batch", {"target_acc": 0.62}, {}, [*sweep, fit]))
+    lines = sorted(shape.x0 for shape in fig.layout.shapes)
+    labels = sorted(a.x for a in fig.layout.annotations if "B_" in a.text)
+    assert lines == [255.0, 296.0]
+    assert labels == pytest.approx([math.log10(255.0), math.log10(296.0)])

@@ -3,6 +3,7 @@ curve that bends), and the scaling explorer's runs by time to the target."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from hpclab.display import figure
@@ -48,9 +49,19 @@ def plot_large_batch(result: Result) -> Any:
             line={"dash": "longdash", "color": "grey"},
             name=f"model: S_min (1 + B_crit/B), B_crit = {b_crit:.0f}",
         )  # fmt: skip
-    for key, label in (("b_crit", "B_crit (fit)"), ("b_simple", "noise scale B_simple")):
-        if fit.get(key) and fit[key] > 0:
-            fig.add_vline(x=fit[key], line_dash="dot", annotation_text=label)
+    lines = [(fit[key], label) for key, label in (("b_crit", "B_crit (fit)"), ("b_simple",
+             "noise scale B_simple")) if fit.get(key) and fit[key] > 0]  # fmt: skip
+    for value, label in lines:
+        fig.add_vline(x=value, line_dash="dot")
+        # On a log axis a shape takes the value but an annotation its log10 (plotly's rule: the
+        # value itself put the label at 10^296 and squeezed the data into one corner). The
+        # smaller value's label sits left of its line, the larger's right: they often are close.
+        left = value < max(v for v, _ in lines)
+        fig.add_annotation(
+            x=math.log10(value), y=1, yref="paper", text=f"{label} {value:.0f}",
+            showarrow=False, xanchor="right" if left else "left", yanchor="top",
+            font={"size": 11},
+        )  # fmt: skip
     fig.update_layout(
         title=f"Steps to {target or 'the target'} validation accuracy vs global batch",
         xaxis={"type": "log", "title": "global batch"},
