@@ -19,6 +19,7 @@ is higher and these figures are a lower bound on the hardware's bandwidth.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,7 +198,8 @@ def plot_bandwidth(result: Result):
     ref = [r for r in result.records if r.get("tier") == "reference"]
     if ref:
         fig.add_bar(
-            x=[r["device"] for r in ref],
+            # wrapped: a long name turned at an angle ran under the legend
+            x=["<br>".join(textwrap.wrap(r["device"], 10)) for r in ref],
             y=[r["peak_gbps"] for r in ref],
             name="GPU reference (datasheet, or measured where named)",
             marker={"color": "#aaa"},
@@ -206,7 +208,9 @@ def plot_bandwidth(result: Result):
     fig.update_layout(
         title="Memory bandwidth: STREAM kernels (median; whisker = best) vs GPU datasheets",
         yaxis={"type": "log", "title": "GB/s"},
+        xaxis={"tickangle": 0, "tickfont": {"size": 11}},  # level, wrapped names: none clipped
         barmode="group",
-        height=420,
+        height=440,
+        legend={"orientation": "h", "y": -0.3},
     )
     return fig

@@ -212,8 +212,9 @@ def plot_gemm(result: Result):
     fig = make_subplots(
         rows=1,
         cols=2,
-        column_widths=[0.55, 0.45],
-        horizontal_spacing=0.2,
+        column_widths=[0.5, 0.5],
+        # room for the bars' long names between the two (automargin cannot push into it)
+        horizontal_spacing=0.34,
         subplot_titles=("GEMM throughput (log scale)", "best fraction of peak"),
     )
     live = [r for r in result.records if r.get("tier") == "live" and r["kind"] == "square"]
@@ -269,6 +270,6 @@ def plot_gemm(result: Result):
     fig.update_xaxes(title_text="n (n x n x n GEMM)", type="log", row=1, col=1)
     fig.update_yaxes(title_text="GFLOP/s", type="log", row=1, col=1)
     fig.update_xaxes(title_text="% of theoretical peak", range=[0, 105], row=1, col=2)
-    fig.update_yaxes(automargin=True, row=1, col=2)
+    fig.update_yaxes(automargin=True, tickfont={"size": 10}, row=1, col=2)
     fig.update_layout(title="GEMM throughput", height=440, legend={"orientation": "h", "y": -0.25})
     return fig
