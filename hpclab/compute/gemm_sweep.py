@@ -205,16 +205,16 @@ def _series_name(r: dict[str, Any]) -> str:
 
 @figure
 def plot_gemm(result: Result):
-    """Left: GFLOP/s vs size with each series' peak dashed. Right: best fraction of peak,
-    live beside the reference GPUs."""
+    """Top: GFLOP/s vs size with each series' peak dashed. Below: best fraction of peak, live
+    beside the reference GPUs."""
     from plotly.subplots import make_subplots
 
     fig = make_subplots(
-        rows=1,
-        cols=2,
-        column_widths=[0.5, 0.5],
-        # room for the bars' long names between the two (automargin cannot push into it)
-        horizontal_spacing=0.34,
+        # one above the other: side by side, the bars' long names ran into the left plot at
+        # a notebook's (or a stored image's) width
+        rows=2,
+        cols=1,
+        vertical_spacing=0.2,
         subplot_titles=("GEMM throughput (log scale)", "best fraction of peak"),
     )
     live = [r for r in result.records if r.get("tier") == "live" and r["kind"] == "square"]
@@ -264,12 +264,12 @@ def plot_gemm(result: Result):
         marker={"color": ["#1f77b4" if r.get("tier") == "live" else "#aaa" for r in bars.values()]},
         hovertext=[r.get("peak_source") or r.get("source") for r in bars.values()],
         name="% of peak (grey: reference)",
-        row=1,
-        col=2,
+        row=2,
+        col=1,
     )
     fig.update_xaxes(title_text="n (n x n x n GEMM)", type="log", row=1, col=1)
     fig.update_yaxes(title_text="GFLOP/s", type="log", row=1, col=1)
-    fig.update_xaxes(title_text="% of theoretical peak", range=[0, 105], row=1, col=2)
-    fig.update_yaxes(automargin=True, tickfont={"size": 10}, row=1, col=2)
-    fig.update_layout(title="GEMM throughput", height=440, legend={"orientation": "h", "y": -0.25})
+    fig.update_xaxes(title_text="% of theoretical peak", range=[0, 105], row=2, col=1)
+    fig.update_yaxes(automargin=True, tickfont={"size": 10}, row=2, col=1)
+    fig.update_layout(title="GEMM throughput", height=760, legend={"orientation": "h", "y": -0.12})
     return fig
