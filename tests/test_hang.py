@@ -113,3 +113,16 @@ def test_nccl_log_names_the_rank_the_timeouts_leave_out():
     lines.append(rank2.replace("[Rank 2]", "[Rank 3]"))
     assert silent_ranks("\n".join(lines))["silent"] == [1]
     assert silent_ranks("NCCL INFO Connected all rings")["silent"] == []  # no timeout: nobody
+
+
+def test_stacks_are_read_in_a_jupyter_kernels_colour_environment(no_orphans, monkeypatch):
+    # a kernel sets FORCE_COLOR and CLICOLOR_FORCE: py-spy then colours every name and line
+    # number, and the stacks were never recognised (the watch gave up after its whole limit)
+    from hpclab.ddp.hang import dump_hung_ranks
+
+    if available() or "forbidden" in ptrace_note():
+        pytest.skip(available() or ptrace_note())
+    for name in ("FORCE_COLOR", "CLICOLOR_FORCE", "CLICOLOR"):
+        monkeypatch.setenv(name, "1")
+    rank, message = dump_hung_ranks(2, 1)
+    assert rank == 1 and "hang.py:" in message and "\x1b" not in message, message

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -81,9 +82,14 @@ def start_patient(
     return proc
 
 
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal colour and style codes
+
+
 def dump(pid: int, timeout_s: float = 30.0, local_vars: bool = False) -> str:
-    """``py-spy dump --pid PID``: every thread's current Python stack, as text (with each
-    frame's local variables when ``local_vars``: ``--locals``)."""
+    """``py-spy dump --pid PID``: every thread's current Python stack, as plain text (with each
+    frame's local variables when ``local_vars``: ``--locals``). Colours are stripped: inside a
+    Jupyter kernel (``FORCE_COLOR``/``CLICOLOR_FORCE`` set) py-spy colours its output, and
+    every name and line number came wrapped in escape codes no reader could match."""
     out = subprocess.run(
         [
             executable() or "py-spy",
@@ -98,7 +104,7 @@ def dump(pid: int, timeout_s: float = 30.0, local_vars: bool = False) -> str:
     )
     if out.returncode != 0:
         raise RuntimeError(f"py-spy dump failed: {out.stderr.strip().splitlines()[-1:]}")
-    return out.stdout
+    return ANSI.sub("", out.stdout)
 
 
 def record(cmd: list[str], out: str | os.PathLike, rate: int = 100, timeout_s: float = 300.0):
