@@ -265,7 +265,7 @@ def run_multinode(config: MultinodeConfig, progress: Progress) -> Result:
 
 
 def main(argv: list[str]) -> None:
-    """One rank under torchrun: run the task; rank 0 writes every rank's result to OUT_DIR."""
+    """One rank under torchrun: run the task; every rank's result ends in OUT_DIR/ranks.pt."""
     import torch.distributed as dist
 
     from hpclab.dist.torchrun import torchrun_context
@@ -275,9 +275,17 @@ def main(argv: list[str]) -> None:
     out_dir = Path(argv[1])
     with torchrun_context() as ctx:
         out = worker(ctx, *args)
-        ranks = [None] * ctx.world_size if ctx.is_main else None
-        dist.gather_object(out, ranks, dst=0)
+        # Each rank saves its own result in the job's directory (on the cluster's shared file
+        # system, as ranks.pt must be for the submitter); rank 0 collects them once all have.
+        # No gather_object: a rank aborted at exit after one ("terminate called without an
+        # active exception", 1 of 4 CI runs), failing a job whose results were all written.
+        torch.save(out, out_dir / f"rank{ctx.rank}.pt")
+        dist.barrier()
         if ctx.is_main:
+            ranks = [
+                torch.load(out_dir / f"rank{r}.pt", weights_only=False)  # this job's own files
+                for r in range(ctx.world_size)
+            ]
             tmp = out_dir / "ranks.pt.tmp"
             torch.save(ranks, tmp)
             tmp.rename(out_dir / "ranks.pt")
