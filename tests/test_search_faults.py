@@ -83,7 +83,12 @@ def _search_then(fault, tmp_path, save: bool = False):
                     break
             time.sleep(0.1)
         else:
-            pytest.fail("the search ended or never started before the fault could be injected")
+            ended = cli.poll()
+            tail = cli.stderr.read()[-1500:] if ended is not None else "(still running)"
+            pytest.fail(
+                "the search ended or never started before the fault could be injected: "
+                f"exit code {ended}, {len(results)} result(s) seen in Redis; stderr: {tail}"
+            )
         out, err = cli.communicate(timeout=120)
         print(f"the run ended {time.monotonic() - t_fault:.1f} s after the fault")
     finally:
