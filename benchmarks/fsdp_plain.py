@@ -13,6 +13,7 @@ import sys
 
 import torch
 from ddp_torchrun_plain import loader_for, report, timed_steps  # beside this file
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 from hpclab.train import make_model
@@ -22,10 +23,11 @@ def main() -> None:
     width, depth, batch, steps, warmup = map(int, sys.argv[1:6])
     loader, sampler = loader_for(batch)
     model = make_model("deep", 784, seed=0, depth=depth, width=width)
+    mesh = init_device_mesh("cpu", (torch.distributed.get_world_size(),))  # CPU ranks, as hpclab's
     for layer in model:
         if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer)
-    fully_shard(model)
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     report(timed_steps(model, opt, loader, sampler, steps + warmup)[warmup:], steps)
 

@@ -65,7 +65,8 @@ def number(v: float) -> str:
         return f"{v:.0f}"
     if a < 1e-4:
         return f"{v:.2e}"
-    return f"{v:.{2 - math.floor(math.log10(a))}f}"
+    a = abs(float(f"{v:.3g}"))  # 9.9999 rounds to 10.0, not 10.00: the rounded value's digits
+    return f"{v:.{max(0, 2 - math.floor(math.log10(a)))}f}"
 
 
 # pandas' display options for every table the course shows, set here once: three significant

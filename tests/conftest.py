@@ -123,3 +123,19 @@ def cluster(slurm):
     for job in remaining:  # an array's pending tasks show as 12_[1-2%1]: cancel the array
         slurm.cancel(job["job_id"].split("_")[0])
     assert not remaining, f"jobs left in the queue: {remaining}"
+
+
+@pytest.fixture
+def small_crossover():
+    """Chapter 01's crossover experiment, small, on the CPU beside the labelled GPU model."""
+    from hpclab import experiments
+
+    return experiments.run(
+        "crossover",
+        device="cpu",
+        compare_devices=False,
+        matmul_sizes=(8, 64),
+        add_sizes=(256, 65536),
+        repeat=2,
+        threads=1,
+    )

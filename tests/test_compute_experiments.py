@@ -39,6 +39,23 @@ def test_gemm_records_carry_peak_and_fraction():
     experiments.get("gemm").plot(res)
 
 
+def test_gemm_peak_table_has_a_row_per_series_gpu_included():
+    """Chapter 01's % of peak table. A GPU series has no thread count (None in its records): an
+    H100 run of the chapter failed where the table cast threads to int."""
+    from types import SimpleNamespace
+
+    from hpclab.compute.gemm_sweep import peak_table
+
+    res = experiments.run("gemm", size=(32, 64), dtype=("fp32",), threads=(1, 2), repeat=2)
+    live = [r for r in _live(res) if r["kind"] == "square"]
+    gpu = [{**r, "device": "cuda", "dtype": "bf16", "threads": None} for r in live[:2]]
+    table = peak_table(SimpleNamespace(records=res.records + gpu))
+    assert list(table.index) == ["cpu fp32, 1 thread", "cpu fp32, 2 threads", "cuda bf16"]
+    assert list(table.columns) == [32, 64]
+    one = next(r for r in live if r["threads"] == 1 and r["size"] == 64)
+    assert table.loc["cpu fp32, 1 thread", 64] == pytest.approx(100 * one["peak_fraction"])
+
+
 def test_gemm_shape_sweep_reports_the_best_shape():
     res = experiments.run(
         "gemm",
@@ -130,16 +147,10 @@ def test_ops_records_units_and_seed_speedups():
     experiments.get("ops").plot(res)
 
 
-def test_crossover_without_gpu_uses_a_labelled_model():
-    res = experiments.run(
-        "crossover",
-        device="cpu",
-        compare_devices=False,
-        matmul_sizes=(8, 64),
-        add_sizes=(256, 65536),
-        repeat=2,
-        threads=1,
-    )
+def test_crossover_without_gpu_uses_a_labelled_model(small_crossover):
+    from hpclab.compute.crossover import crossover_tables
+
+    res = small_crossover
     model = [r for r in res.records if r.get("tier") == "model" and r["kind"] == "point"]
     assert model and all("assumed" in r["source"] for r in model)
     add = next(r for r in model if r["op"] == "add" and r["size"] == 65536)
@@ -148,6 +159,12 @@ def test_crossover_without_gpu_uses_a_labelled_model():
     assert set(cross) == {"matmul", "add"} and cross["add"]["tier"] == "model"
     fits = {(r["op"], r["device"]): r for r in res.records if r["kind"] == "fit"}
     assert fits[("add", "H100 SXM (model)")]["latency_s"] == pytest.approx(10e-6, rel=1e-3)
+    lines, sizes = crossover_tables(res)  # chapter 01's two tables: µs and G/s, then the sizes
+    assert lines.loc[("add", "H100 SXM (model)"), "latency_us"] == pytest.approx(10, rel=1e-3)
+    cpu_add = fits[("add", "cpu")]
+    assert lines.loc[("add", "cpu"), "rate_g_per_s"] == pytest.approx(cpu_add["rate_per_s"] / 1e9)
+    assert list(sizes.columns) == ["predicted_size", "measured_size"]
+    assert set(sizes.index) == {("matmul", "H100 SXM (model)"), ("add", "H100 SXM (model)")}
     experiments.get("crossover").plot(res)
 
 

@@ -447,3 +447,22 @@ def test_diagnosis_orders_causes_before_consequences():
         "rank 0 of 2 failed: ValueError: a",
         "  then: rank 1 of 2 failed: KeyError: 'b'",
     ]
+
+
+def test_left_behind_names_what_a_run_left_but_not_the_forkserver():
+    """Where a GPU is visible ranks start from multiprocessing's forkserver, which (with its
+    resource tracker) stays as the launching process's child to start the next run: a check for
+    processes left after a failed run must not count it (an H100 run of chapter 05 counted 2)."""
+    from hpclab.dist import left_behind
+
+    with pytest.raises(RankError):
+        launch(_with_grandchild, 2, threads_per_rank=1, timeout_s=30, start_method="forkserver")
+    kids = psutil.Process().children(recursive=True)
+    assert any("multiprocessing.forkserver" in " ".join(p.cmdline()) for p in kids)
+    assert left_behind() == []  # the ranks and the grandchild each started are gone
+    stray = psutil.Popen(["sleep", "30"])
+    try:
+        assert [p.pid for p in left_behind()] == [stray.pid]
+    finally:
+        stray.kill()
+        stray.wait()

@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from hpclab import experiments
-from hpclab.display import plural, readable, series_color
+from hpclab.display import number, plural, readable, series_color
 from hpclab.results import Result
 
 
@@ -61,15 +61,8 @@ def test_a_point_above_its_roof_carries_the_reason_on_the_plot():
     assert "fit in the 1024 MiB cache" in cached.records[-1]["note"]
 
 
-def test_crossover_axis_stays_on_the_data():
-    res = experiments.run(
-        "crossover",
-        device="cpu",
-        compare_devices=False,
-        matmul_sizes=(8, 64),
-        add_sizes=(256, 65536),
-        repeat=2,
-    )
+def test_crossover_axis_stays_on_the_data(small_crossover):
+    res = small_crossover
     cross = [r for r in res.records if r["kind"] == "crossover"]
     cross[0]["predicted_size"] = 1e105  # what an unlucky fit predicted
     fig = experiments.get("crossover").plot(res)
@@ -106,6 +99,13 @@ def test_tables_show_counts_as_integers_and_three_significant_digits():
     assert "0.0" not in text.split("\n")[1].split()[1]  # workers 0, not 0.0
     assert "20499" in text and "20498.674094" not in text and "0.123" in text
     assert plural(1, "thread") == "1 thread" and plural(2, "thread") == "2 threads"
+    # a value that rounds up to the next power of ten keeps three digits, not four
+    assert [number(v) for v in (9.99999, 0.0099999, 99.96, 1.234)] == [
+        "10.0",
+        "0.0100",
+        "100",
+        "1.23",
+    ]
 
 
 def test_cpu_share_sees_other_processes_in_our_way():

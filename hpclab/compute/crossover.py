@@ -28,6 +28,7 @@ import torch
 from hpclab.compute import device as dev
 from hpclab.compute.crossover_fit import (  # noqa: F401 - re-exported for chapter 01
     _measured_crossover,
+    crossover_tables,
     crossover_work,
     fit_latency_rate,
     fits_and_crossovers,

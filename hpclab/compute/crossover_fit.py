@@ -122,3 +122,17 @@ def _measured_crossover(points: list[dict[str, Any]], op: str, device: str) -> i
         else:
             break
     return best
+
+
+def crossover_tables(result: Any) -> tuple[Any, Any]:
+    """Chapter 01's two tables of a crossover run: each device's fitted line t(w) = latency + w /
+    rate (latency in µs, rate in G units of work per second), and per op and device the size where
+    it overtakes the CPU, predicted by the lines and measured; both shown readably."""
+    from hpclab.display import readable
+
+    frame = result.frame()
+    fits = frame.query("kind == 'fit'").assign(
+        latency_us=lambda f: f["latency_s"] * 1e6, rate_g_per_s=lambda f: f["rate_per_s"] / 1e9
+    )[["op", "device", "tier", "latency_us", "rate_g_per_s"]]
+    sizes = frame.query("kind == 'crossover'")[["op", "device", "predicted_size", "measured_size"]]
+    return readable(fits.set_index(["op", "device"])), readable(sizes.set_index(["op", "device"]))

@@ -197,6 +197,24 @@ def reference_records() -> list[dict[str, Any]]:
     return out
 
 
+def peak_table(result: Result) -> Any:
+    """Chapter 01's table: % of peak of every live GEMM, one row per series (``cpu fp32, 2
+    threads``, ``cuda bf16``: a GPU series has no thread count), one column per size n."""
+    import pandas as pd
+
+    from hpclab.display import readable
+
+    rows = [
+        {"series": _series_name(r), "size": r["size"], "% of peak": 100 * r["peak_fraction"]}
+        for r in result.records
+        if r.get("tier") == "live" and r["kind"] == "square"
+    ]
+    table = pd.DataFrame(rows).pivot_table(
+        index="series", columns="size", values="% of peak", sort=False
+    )
+    return readable(table)
+
+
 def _series_name(r: dict[str, Any]) -> str:
     if r["device"] == "cpu":
         return f"cpu {r['dtype']}, {plural(r['threads'], 'thread')}"

@@ -3,6 +3,7 @@
 from hpclab.dist.context import RankContext
 from hpclab.dist.failures import LaunchTimeout, RankError
 from hpclab.dist.launcher import launch
+from hpclab.dist.reap import left_behind
 from hpclab.dist.start import start_method
 from hpclab.dist.placement import LaunchError, Placement, gpu_count, place, torch_threads
 
@@ -14,6 +15,7 @@ __all__ = [
     "RankError",
     "gpu_count",
     "launch",
+    "left_behind",
     "place",
     "start_method",
     "torch_threads",

@@ -32,3 +32,23 @@ def kill_tree(pids: Iterable[int], grace_s: float = 2.0) -> None:
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(alive, timeout=grace_s)
+
+
+# multiprocessing's helpers that live as long as the process that started them and serve its
+# next launches: the forkserver (the start method where a GPU is visible) and its resource tracker
+_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
+
+
+def left_behind() -> list:
+    """This process's descendants (``psutil.Process``) other than multiprocessing's long-lived
+    helpers: after a launch returns or raises, what a run left running (a rank, a DataLoader
+    worker). The ranks the forkserver started are its children, so they count."""
+    import psutil
+
+    def helper(p: psutil.Process) -> bool:
+        try:
+            return any(h in " ".join(p.cmdline()) for h in _HELPERS)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return True  # gone meanwhile: not left behind
+
+    return [p for p in psutil.Process().children(recursive=True) if not helper(p)]

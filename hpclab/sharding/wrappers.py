@@ -63,6 +63,14 @@ def hsdp_mesh(device: torch.device, nodes: int):
     return init_device_mesh(device.type, (nodes, per_node), mesh_dim_names=("replicate", "shard"))
 
 
+def flat_mesh(device: torch.device) -> Any:
+    """A 1-D ``DeviceMesh`` of all ranks on ``device``'s type (ZeRO-2/3 shard over every rank)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(device.type, (dist.get_world_size(),))
+
+
 def build(
     strategy: str,
     model: nn.Module,
@@ -92,9 +100,10 @@ def build(
         kw = {"reshard_after_forward": strategy != "zero2", "mp_policy": policy}
         if offload:
             kw["offload_policy"] = CPUOffloadPolicy()
-        if strategy == "hsdp":
-            where = torch.device(device) if device else next(model.parameters()).device
-            kw["mesh"] = hsdp_mesh(where, nodes)
+        # Always a mesh of the ranks' own device type: without one, fully_shard makes a CUDA
+        # mesh wherever a GPU is visible and moves CPU ranks' layers onto cuda:0 (an H100 run)
+        where = torch.device(device) if device else next(model.parameters()).device
+        kw["mesh"] = hsdp_mesh(where, nodes) if strategy == "hsdp" else flat_mesh(where)
         for layer in model.modules():
             if isinstance(layer, nn.Linear):
                 fully_shard(layer, **kw)

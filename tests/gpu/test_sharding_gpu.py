@@ -22,7 +22,7 @@ def test_cpu_offload_frees_the_state_the_model_predicts(record_property):
     ranks = min(2, torch.cuda.device_count())
     spec = TrainSpec.sized(ranks, model="deep", side=28, per_rank_batch=64, steps=5, warmup=2,
                            lr=1e-3, optimizer="adam")  # fmt: skip
-    outs = launch(offload_worker, ranks, args=(spec, 8, 2048), device="cuda")
+    outs = launch(offload_worker, ranks, args=(spec, 8, 2048), device="cuda", backend="nccl")
     for rows in outs:
         plain, off = rows
         assert not plain["offload"] and off["offload"]
@@ -37,3 +37,17 @@ def test_cpu_offload_frees_the_state_the_model_predicts(record_property):
           f"{plain['held_bytes'] / 2**20:.0f} -> {off['held_bytes'] / 2**20:.0f} MiB, peak "
           f"{plain['peak_bytes'] / 2**20:.0f} -> {off['peak_bytes'] / 2**20:.0f} MiB, step "
           f"{plain['step_s'] * 1e3:.1f} -> {off['step_s'] * 1e3:.1f} ms ({ratio:.1f}x)")  # fmt: skip
+
+
+@pytest.mark.parametrize("init", ["full", "meta"])
+def test_cpu_ranks_stay_on_the_cpu_where_a_gpu_is_visible(init):
+    """Chapter 09 part 2 runs CPU ranks with gloo on any machine. Without a mesh of their own,
+    ``fully_shard`` made a CUDA mesh wherever a GPU was visible and moved the CPU ranks' layers
+    onto cuda:0 (an H100 run: the loss saw a CPU target, ranks died by SIGSEGV)."""
+    from hpclab import experiments
+
+    res = experiments.run("fsdp", strategy=("ddp", "zero3"), ranks=2, width=64, depth=3,
+                          steps=2, warmup=1, init=init)  # fmt: skip
+    rows = {r["strategy"]: r for r in res.records if r.get("tier") == "live"}
+    assert set(rows) == {"ddp", "zero3"}
+    assert rows["zero3"]["weights_equal_to_ddp"], rows["zero3"]
