@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On a GPU node: the checks CI cannot run (it has no GPU), with a log per part in one folder.
 #   1. the GPU-marked tests (tests/gpu; GPU_CHECK_TESTS picks some, e.g. "tests/gpu/test_x.py");
-#   2. chapters 00-06 and 09 in quick mode under nbval as CI runs them, each notebook in its own
-#      pytest, all at once on the node's cores; their logs are packed into chapters.tgz;
+#   2. chapters 00-06 and 09 (GPU_CHECK_CHAPTERS picks some) in quick mode under nbval as CI runs
+#      them, each notebook in its own pytest, all at once on the node's cores; their logs are
+#      packed into chapters.tgz;
 #   3. alone on the GPU, the benchmarks with GPU goals (GPU_CHECK_BENCH, default all three).
 # Usage: bash scripts/gpu_check.sh [LOG_DIR]   (default gpu-check/; PYTHON picks the interpreter)
 # Each part has a time limit in seconds (GPU_CHECK_TESTS_S, GPU_CHECK_NB_S, GPU_CHECK_BENCH_S)
@@ -15,6 +16,7 @@ py=${PYTHON:-python3}
 mkdir -p "$out"
 export HPCLAB_QUICK=1 CI=true PLOTLY_RENDERER=plotly_mimetype PYTHONUNBUFFERED=1
 tests=${GPU_CHECK_TESTS:-tests/gpu}
+chapters=${GPU_CHECK_CHAPTERS:-$(echo notebooks/0[0-6]_*.ipynb notebooks/09_*.ipynb)}
 benches=${GPU_CHECK_BENCH:-ddp_gpu topology gemm}
 tag="gpu-check-$$"
 
@@ -48,7 +50,7 @@ reap
 
 t0=$(date +%s)
 mkdir -p "$out/chapters"
-for nb in notebooks/0[0-6]_*.ipynb notebooks/09_*.ipynb; do
+for nb in $chapters; do
     name=$(basename "$nb" .ipynb)
     (
         GPU_CHECK_TAG=$tag timeout -k 5 "${GPU_CHECK_NB_S:-240}" "$py" -m pytest "$nb" \
