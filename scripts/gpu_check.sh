@@ -17,7 +17,7 @@ mkdir -p "$out"
 export HPCLAB_QUICK=1 CI=true PLOTLY_RENDERER=plotly_mimetype PYTHONUNBUFFERED=1
 tests=${GPU_CHECK_TESTS:-tests/gpu}
 chapters=${GPU_CHECK_CHAPTERS:-$(echo notebooks/0[0-6]_*.ipynb notebooks/09_*.ipynb)}
-benches=${GPU_CHECK_BENCH:-ddp_gpu topology gemm}
+benches=${GPU_CHECK_BENCH-ddp_gpu topology gemm}  # set and empty: none
 tag="gpu-check-$$"
 
 reap() {  # every process that inherited this run's tag, however it detached
