@@ -8,16 +8,17 @@
    DataLoader, ``train_step``, ``time_fn``; its DDP reference run first) against
    ``benchmarks/fsdp_plain.py`` under torchrun. Interleaved round by round; each side keeps its
    least-disturbed (fastest) round, since load on a shared machine only ever adds time.
-   Goal: ratio <= 1.10. Still open: on a quiet 2-core VM (2026-11-26) three runs gave 1.27,
-   1.13 and 1.17. Where the time goes, found by probes: the very same plain loop (prefetched
-   batches, no time_fn, no DataLoader) run in ranks started by hpclab's launcher takes 82-93 ms
-   a step against 75-80 ms under torchrun; cProfile counts the same 545k calls per 30 steps on
-   both sides, and the difference sits in gloo's ``wait`` (about 11 ms a step more), with 3-7 %
-   more CPU per step. Not the cause (each varied alone, the gap stayed): fork, spawn or
-   forkserver; the parent's preload; ``GLOO_SOCKET_IFNAME=lo`` vs the host name; the FileStore
-   vs a TCP store; the process group's timeout; flushing denormals. DDP through the same launch
-   matches torchrun (benchmarks/ddp_overhead.py: 0.96), so it is FSDP2's many small collectives
-   that feel it.
+   Goal: ratio <= 1.10. What closed the gap (three quiet runs had given 1.27, 1.13 and 1.17):
+   the ranks' session. torchrun starts each worker in a session of its own; hpclab's ranks
+   stayed in the launching process's, and with the kernel's autogroup scheduling (on by default)
+   CPU time is shared between sessions first, so a rank woken by one of FSDP2's many small
+   collectives waited longer for its core (the probes saw it as ~11 ms a step more in gloo's
+   ``wait``). The same hpclab worker, 5 interleaved rounds on the quiet VM: median step 83.9 ms
+   in the launcher's session, 77.0 ms with a session per rank (now the launcher's way), 72.0 ms
+   under torchrun. Not the cause (each varied alone, the gap stayed): fork, spawn or forkserver;
+   the parent's preload; ``GLOO_SOCKET_IFNAME=lo``; the FileStore (torchrun with hpclab's
+   FileStore: 73.5 ms); the rank's log redirection and ``prctl``; the parent's 50 ms poll;
+   ``OMP_NUM_THREADS=1`` from the start; DDP run before ZeRO-3 in the same ranks.
 
 Usage: python benchmarks/sharding.py   (no arguments, ~2 minutes on 2 cores)
 """

@@ -27,10 +27,22 @@ from hpclab.dist.placement import torch_threads
 
 
 def _linux_process_setup(rank: int) -> None:
-    """Linux: die with the parent, so a killed kernel leaves no rank behind; and carry the
-    name ``hpclab-rankN`` in ``ps``/``top``, so a rank can be found (and killed, to see)."""
+    """Linux: a session of its own; die with the parent, so a killed kernel leaves no rank
+    behind; and carry the name ``hpclab-rankN`` in ``ps``/``top``, so a rank can be found (and
+    killed, to see).
+
+    The session is torchrun's choice too. Where the kernel groups processes for scheduling by
+    session (``/proc/sys/kernel/sched_autogroup_enabled``, the default on most distributions),
+    CPU time is shared between sessions first: ranks left in the launching process's session
+    share one session's weight against every other session, so a rank that wakes from a
+    collective waits longer for its core. Measured on a quiet 2-core VM (FSDP2 ZeRO-3 on 2 gloo
+    ranks, 5 interleaved rounds): median step 83.9 ms in the launcher's session, 77.0 ms each in
+    its own, 72.0 ms under torchrun.
+    """
     if not sys.platform.startswith("linux"):
         return
+    with contextlib.suppress(OSError):  # already a session leader: nothing to do
+        os.setsid()
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
