@@ -21,7 +21,12 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from hpclab.dist.context import RankContext, destroy_process_group, init_process_group
+from hpclab.dist.context import (
+    RankContext,
+    destroy_process_group,
+    init_process_group,
+    leave_together,
+)
 from hpclab.dist.failures import is_peer_loss
 from hpclab.dist.placement import torch_threads
 
@@ -87,7 +92,9 @@ def run_worker(
         try:
             if ctx.backend != "none":
                 init_process_group(ctx, store_path, timeout_s)
-            return worker(ctx, *args, **kwargs)
+            value = worker(ctx, *args, **kwargs)
+            leave_together(ctx)
+            return value
         finally:
             with contextlib.suppress(Exception):  # a broken group must not hide the real error
                 destroy_process_group()

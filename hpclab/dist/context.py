@@ -105,3 +105,15 @@ def destroy_process_group() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def leave_together(ctx: RankContext) -> None:
+    """A barrier before the process group is torn down, after a worker that returned: a rank
+    whose worker needs no collective (or ends with a send) may otherwise close its sockets while
+    a peer is still connecting or receiving, and that peer fails ("Gloo connectFullMesh failed
+    with Connection closed by peer", seen under load). After a failure there is no barrier: the
+    failing rank's peers learn of it from their own collectives."""
+    import torch.distributed as dist
+
+    if ctx.backend != "none" and ctx.world_size > 1 and dist.is_initialized():
+        dist.barrier()

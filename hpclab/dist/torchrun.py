@@ -25,7 +25,12 @@ import re
 import signal
 from collections.abc import Iterator
 
-from hpclab.dist.context import RankContext, destroy_process_group, init_process_group
+from hpclab.dist.context import (
+    RankContext,
+    destroy_process_group,
+    init_process_group,
+    leave_together,
+)
 from hpclab.dist.failures import Failure
 from hpclab.dist.placement import gpu_count, place, torch_threads
 
@@ -66,8 +71,7 @@ def torchrun_context(timeout_s: float = 120.0) -> Iterator[RankContext]:
     try:
         with torch_threads(ctx.threads):
             yield ctx
-        # Leave together: a rank tearing down gloo while a peer still talks can abort.
-        dist.barrier()
+        leave_together(ctx)  # a rank tearing down gloo while a peer still talks can abort
     finally:
         destroy_process_group()
 
