@@ -51,6 +51,13 @@ def release_freed_heap() -> bool:
     return True
 
 
+def rss_mib() -> float:
+    """This process's RSS now (MiB), as ``memory_usage`` reads it (psutil)."""
+    import psutil
+
+    return psutil.Process().memory_info().rss / MIB
+
+
 def rss_timeline(
     fn: Callable[[], Any], interval_s: float = 0.02, marks: dict[str, float] | None = None
 ) -> tuple[list[dict[str, float]], Any, str]:

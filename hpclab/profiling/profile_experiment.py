@@ -100,14 +100,18 @@ SAMPLE_S = 0.005
 
 def _memory(config: ProfileConfig, work: Any) -> tuple[list[dict], str]:
     marks: dict[str, float] = {}
+    rss: dict[str, float] = {}  # read here at the first and last step, not when sampled
 
     def steps_start() -> None:
         # glibc keeps what the set-up freed resident, and a leak refills that before RSS moves
         memory_tool.release_freed_heap()
         marks["steps_from_s"] = time.time()
+        rss["first"] = memory_tool.rss_mib()
 
-    def step_done(_i: int) -> None:
-        marks["steps_to_s"] = time.time()
+    def step_done(i: int) -> None:
+        if i == config.steps:
+            marks["steps_to_s"] = time.time()
+            rss["last"] = memory_tool.rss_mib()
 
     timeline, run, error = memory_tool.rss_timeline(
         lambda: work(before_steps=steps_start, on_step=step_done), SAMPLE_S, marks
@@ -116,8 +120,9 @@ def _memory(config: ProfileConfig, work: Any) -> tuple[list[dict], str]:
     during = [r for r in timeline if marks.get("steps_from_s", 0) <= r["seconds"]]
     during = [r for r in during if r["seconds"] <= marks.get("steps_to_s", r["seconds"])]
     ramp["mib_per_s"] = memory_tool.ramp_mib_per_s(during)
-    if during:
-        ramp["grown_mib"] = during[-1]["rss_mib"] - during[0]["rss_mib"]
+    if len(rss) == 2:
+        ramp["rss_first_step_mib"] = rss["first"]
+        ramp["grown_mib"] = rss["last"] - rss["first"]
     if "leak" in parse_faults(config.fault) and run is not None:  # the leak alone, for the plot
         ramp["leak_mib"] = memory_tool.leak_per_step_bytes() * config.steps / 2**20
         ramp["leak_mib_per_s"] = ramp["leak_mib"] / run.seconds
@@ -217,7 +222,8 @@ def _plot_rss(rss: list[dict[str, Any]], ramp: dict[str, Any], title: str) -> go
     rss = [r for r in rss if (end is None or r["seconds"] <= end)]
     t0 = start if start is not None else (rss[0]["seconds"] if rss else 0.0)
     t = [r["seconds"] - t0 for r in rss]
-    grown = [r["rss_mib"] - rss[0]["rss_mib"] for r in rss] if rss else []
+    base = ramp.get("rss_first_step_mib", rss[0]["rss_mib"] if rss else 0.0)
+    grown = [r["rss_mib"] - base for r in rss]
     fig = go.Figure(go.Scatter(x=t, y=grown, name="RSS growth (measured)"))
     text = f"RSS during training ({title}): {ramp['mib_per_s']:+.1f} MiB/s over the second half"
     if "leak_mib_per_s" in ramp:
