@@ -150,6 +150,11 @@ def test_the_leak_line_is_measured_and_a_hidden_leak_says_so():
     )
     big = _plot_rss(rss, {"mib_per_s": 0.0, "leak_mib": 500.0}, "leak")
     assert "less than" not in big.layout.title.text  # a leak that shows needs no excuse
+    # with the steps marked, the set-up before them is not drawn, and both start at the first step
+    marked = {"mib_per_s": 0.0, "leak_mib": 5.0, "steps_from_s": 0.25, "steps_to_s": 0.75}
+    fig = _plot_rss(rss, marked, "leak")
+    assert list(fig.data[0].x) == pytest.approx([0.05, 0.15, 0.25, 0.35, 0.45])
+    assert list(fig.data[0].y) == [0, -30, 0, -30, 0] and list(fig.data[1].x)[0] == 0
 
 
 def test_overlap_without_a_gpu_sizes_the_compute_and_says_what_was_modelled():

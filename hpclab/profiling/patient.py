@@ -183,6 +183,7 @@ def train(
     ranges: bool = False,
     dataset_cls: type | None = None,
     monitor_fn: Callable | None = None,
+    before_steps: Callable[[], None] | None = None,
 ) -> PatientRun:
     """Train the patient for ``steps`` steps with the named faults switched on.
 
@@ -197,7 +198,9 @@ def train(
     ``on_step(i)`` is called after each step (progress, cancel, ``prof.step()``); ``ranges``
     labels the phases (data, forward+backward, optimizer, logging) for torch.profiler.
     ``dataset_cls`` and ``monitor_fn(model, loss_fn, x, y) -> loss`` swap in an exercise's
-    dataset and monitoring-loss code.
+    dataset and monitoring-loss code. ``before_steps()`` is called once when the data, model and
+    workers are ready, just before the first step and the clock (a memory tool marks the start
+    of the steps there, and hands back what the set-up freed).
     """
     faults = parse_faults(faults)
     from hpclab.dist.placement import torch_threads
@@ -219,6 +222,8 @@ def train(
         total_loss = torch.zeros((), device=device)
         stream = batches(loader, steps)
         next(stream)  # workers forked before the clock starts
+        if before_steps is not None:
+            before_steps()
         t0 = time.perf_counter()
         for i in range(steps):
             with phase("data", ranges):
