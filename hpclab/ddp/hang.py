@@ -41,12 +41,13 @@ SHAPE = 4  # the tensor every rank should reduce
 # Which debugging aid goes with each fault, beside the bare timeout.
 TOOLS = {"skip": "monitored_barrier", "shape": "TORCH_DISTRIBUTED_DEBUG=DETAIL"}
 # How long py-spy may watch the planted hang before giving up. It returns once the hang is seen:
-# measured from the watch's start (launch included) on a 2-core VM already loaded by other work
-# (load average 5-6), 2 ranks took 0.1-0.3 s quiet and 0.1-0.4 s beside 2 busy processes,
-# 8 ranks 0.3-0.7 s quiet and 0.3-2.5 s busy (in a Jupyter kernel, through the panel: at most
-# 0.66 s quiet, 0.93 s busy). 20 s is 8x the slowest, and a broken watch fails within it
-# (90 s once: the watch never saw a hang through py-spy's colour codes, or waited on a py-spy
-# start that raced a rank's fork; both fixed, pyspy_tool.dump and hang_stacks.watch).
+# measured from the watch's start (launch included) on a 2-core VM beside other work, 5 runs
+# each, 2 ranks took at most 0.13 s, quiet or beside 2 busy processes; 8 ranks at most 0.45 s
+# quiet, 0.67 s beside 2 busy ones (in a Jupyter kernel, through the panel: 0.24 s, 0.57 s).
+# The slowest seen, 2.5 s, was 8 ranks beside 2-4 busy processes at load average 6. 20 s is 8x
+# that, and a broken watch fails within it (90 s once: the watch never saw a hang through
+# py-spy's colour codes, or waited on a py-spy start that raced a rank's fork; both fixed, in
+# pyspy_tool.dump and hang_stacks.watch).
 WATCH_S = 20.0
 
 
