@@ -73,7 +73,7 @@ def watch(
 
     No py-spy starts before all ``ranks`` processes exist: a rank forked while a py-spy is being
     started inherits that py-spy's pipes, and the start then waits until the rank exits (seen
-    here: a first dump that took the whole 120 s hold, in 2 of 6 runs of 8 ranks beside 2 busy
+    here: a first dump that took the whole 120 s hold, in 2 of 6 runs of 8 ranks beside 3 busy
     processes)."""
     from hpclab.profiling.pyspy_tool import available, dump, ptrace_note
 
