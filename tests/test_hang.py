@@ -126,3 +126,19 @@ def test_stacks_are_read_in_a_jupyter_kernels_colour_environment(no_orphans, mon
         monkeypatch.setenv(name, "1")
     rank, message = dump_hung_ranks(2, 1)
     assert rank == 1 and "hang.py:" in message and "\x1b" not in message, message
+
+
+def test_no_py_spy_starts_before_every_rank_exists(monkeypatch):
+    # ~0.6 s. A py-spy started while a rank is being forked leaks its pipes into that rank, and
+    # its start waits until the rank exits (the whole hold): the watch waits for every rank.
+    import hpclab.profiling.pyspy_tool as pyspy
+    from hpclab.ddp.hang_stacks import watch
+
+    if available() or "forbidden" in ptrace_note():
+        pytest.skip(available() or ptrace_note())
+    dumped: list[int] = []
+    monkeypatch.setattr(pyspy, "dump", lambda pid, **_: dumped.append(pid) or "")
+    stacks, why = watch(lambda: [101], 2, 2, "planted_worker", 0.3)  # one of two ranks there
+    assert dumped == [] and stacks == {} and why == "the ranks never all reached the last step"
+    watch(lambda: [101, 102], 2, 2, "planted_worker", 0.3)  # both there: both are read
+    assert dumped[:2] == [101, 102]

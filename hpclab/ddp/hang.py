@@ -40,6 +40,15 @@ STEPS = 3  # the fault is planted in the last step
 SHAPE = 4  # the tensor every rank should reduce
 # Which debugging aid goes with each fault, beside the bare timeout.
 TOOLS = {"skip": "monitored_barrier", "shape": "TORCH_DISTRIBUTED_DEBUG=DETAIL"}
+# How long py-spy may watch the planted hang before giving up. It returns once the hang is seen:
+# measured from the watch's start (launch included) on a 2-core VM beside other work, 5 runs
+# each, 2 ranks took at most 0.13 s, quiet or beside 2 busy processes; 8 ranks at most 0.45 s
+# quiet, 0.67 s beside 2 busy ones (in a Jupyter kernel, through the panel: 0.24 s, 0.57 s).
+# The slowest seen, 2.5 s, was 8 ranks beside 2-4 busy processes at load average 6. 20 s is 8x
+# that, and a broken watch fails within it (90 s once: the watch never saw a hang through
+# py-spy's colour codes, or waited on a py-spy start that raced a rank's fork; both fixed, in
+# pyspy_tool.dump and hang_stacks.watch).
+WATCH_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -135,14 +144,12 @@ def dump_hung_ranks(ranks: int, bad: int) -> tuple[int, str]:
         def pids() -> list[int]:
             return [p.pid for p in me.children(recursive=True) if p.pid not in before]
 
-        # it returns as soon as the hang is seen; on a loaded node one round of py-spy dumps
-        # can take seconds a rank, so give it long (a 30 s limit ran out with 2 busy processes)
-        seen["stacks"], seen["why"] = watch(pids, ranks, STEPS - 1, "planted_worker", 90.0)
+        seen["stacks"], seen["why"] = watch(pids, ranks, STEPS - 1, "planted_worker", WATCH_S)
         inner.cancel()
 
     thread = threading.Thread(target=spy, name="hpclab-py-spy", daemon=True)
     thread.start()
-    hold = 120.0  # process-group timeout: the hang lasts until the dumps are read
+    hold = WATCH_S + 10.0  # process-group timeout: the hang outlasts the watch, then ends
     try:
         launch(
             planted_worker,
