@@ -37,6 +37,7 @@ Run by hand: ``python -m hpclab.cluster.multinode TASK_PICKLE OUT_DIR`` under ``
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import sys
 from dataclasses import dataclass, field, replace
@@ -47,6 +48,7 @@ import torch
 
 from hpclab.cluster import local
 from hpclab.cluster.runner import python, require_cluster, submit
+from hpclab.cluster.slurm import SlurmError
 from hpclab.cluster.spec import JobSpec
 from hpclab.config import Config, param
 from hpclab.dist.failures import RankError, diagnose
@@ -54,6 +56,9 @@ from hpclab.dist.torchrun import torchrun_failures
 from hpclab.progress import Progress
 from hpclab.results import Result, make_result
 from hpclab.train import TrainSpec, ddp_worker, run_spec
+
+# After a cancel: Slurm's KillWait (5 s on the local cluster, 30 s by default) and a margin
+CANCEL_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -174,6 +179,10 @@ def run_job(
     failures = torchrun_failures(job.log())
     if failures and (rank_died(st) or st.state != "COMPLETED"):
         job.cancel()
+        # Until Slurm has ended the job's processes (TERM, then KILL after KillWait): the error
+        # is raised with nothing of the job left running.
+        with contextlib.suppress(SlurmError):
+            job.wait(timeout_s=CANCEL_WAIT_S)
         # The rank that died first, not the launcher that reported last (often rank 0's).
         blame = diagnose(failures, nodes * rpn, running=[], finished=[], timeout_s=0.0)
         raise RankError(blame.rank, nodes * rpn, blame.summary, consequences=(

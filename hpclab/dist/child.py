@@ -31,7 +31,7 @@ from hpclab.dist.failures import is_peer_loss
 from hpclab.dist.placement import torch_threads
 
 
-def _linux_process_setup(rank: int) -> None:
+def rank_process_setup(rank: int) -> None:
     """Linux: a session of its own; die with the parent, so a killed kernel leaves no rank
     behind; and carry the name ``hpclab-rankN`` in ``ps``/``top``, so a rank can be found (and
     killed, to see).
@@ -115,7 +115,7 @@ def child_main(
     rank's error (:class:`hpclab.dist.start.Payload`).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when ranks stop
-    _linux_process_setup(ctx.rank)
+    rank_process_setup(ctx.rank)
     if ctx.cpus and hasattr(
         os, "sched_setaffinity"
     ):  # before any thread pool exists: OpenMP's threads inherit the mask

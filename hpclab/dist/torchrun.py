@@ -55,6 +55,13 @@ def torchrun_context(timeout_s: float = 120.0) -> Iterator[RankContext]:
     import torch.distributed as dist
 
     ctx = context_from_env(timeout_s)
+    # As the chapter 00 launcher's ranks: die with the parent (torchrun's agent, which starts
+    # its workers from its main thread, in sessions of their own). A worker whose agent was
+    # killed first is otherwise reparented out of the job's process tree and outlives the job
+    # (seen: a rank still running after its 2 x 2 job was cancelled).
+    from hpclab.dist.child import rank_process_setup
+
+    rank_process_setup(ctx.rank)
     store = os.environ.get("HPCLAB_PG_STORE")
     if store:
         init_process_group(ctx, store, timeout_s)
