@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from hpclab.config import Config, ConfigError, param
-from hpclab.display import figure
+from hpclab.display import figure, readable
 from hpclab.measure.timing import Timing
 from hpclab.profiling.patient import FAULTS, train
 from hpclab.progress import Progress
@@ -148,4 +148,4 @@ def gains_table(result: Result):
     cols = ["stage", "samples_per_s", "ms_per_step", "gain", "speedup_vs_faulty", "final_loss"]
     df = pd.DataFrame(rows)
     df["spread"] = df["seconds_iqr"] / df["seconds"]
-    return df[[*cols, "spread"]].round({"samples_per_s": 0, "ms_per_step": 3})
+    return readable(df[[*cols, "spread"]])  # three significant digits, as every table
