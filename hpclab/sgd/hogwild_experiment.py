@@ -209,6 +209,5 @@ def oversubscription_sweep(
             "hogwild", progress, model=model, workers=workers, threads=threads, serial=False
         )
         rows.append(speedup_table(r).iloc[-1])
-    return pd.DataFrame(rows)[
-        ["workers", "threads", "oversubscribed", "wall_s", "updates_per_s", "accuracy"]
-    ]
+    cols = ["workers", "threads", "oversubscribed", "wall_s", "updates_per_s", "accuracy"]
+    return readable(pd.DataFrame(rows)[cols].reset_index(drop=True))  # a row per layout
