@@ -197,6 +197,11 @@ def reference_records() -> list[dict[str, Any]]:
     return out
 
 
+def _live_squares(result: Result) -> list[dict[str, Any]]:
+    """The n x n x n GEMMs measured here (not the shape sweep, not the references)."""
+    return [r for r in result.records if r.get("tier") == "live" and r["kind"] == "square"]
+
+
 def peak_table(result: Result) -> Any:
     """Chapter 01's table: % of peak of every live GEMM, one row per series (``cpu fp32, 2
     threads``, ``cuda bf16``: a GPU series has no thread count), one column per size n."""
@@ -206,8 +211,7 @@ def peak_table(result: Result) -> Any:
 
     rows = [
         {"series": _series_name(r), "size": r["size"], "% of peak": 100 * r["peak_fraction"]}
-        for r in result.records
-        if r.get("tier") == "live" and r["kind"] == "square"
+        for r in _live_squares(result)
     ]
     table = pd.DataFrame(rows).pivot_table(
         index="series", columns="size", values="% of peak", sort=False
@@ -235,7 +239,7 @@ def plot_gemm(result: Result):
         vertical_spacing=0.2,
         subplot_titles=("GEMM throughput (log scale)", "best fraction of peak"),
     )
-    live = [r for r in result.records if r.get("tier") == "live" and r["kind"] == "square"]
+    live = _live_squares(result)
     series: dict[str, list[dict[str, Any]]] = {}
     for r in live:
         series.setdefault(_series_name(r), []).append(r)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 import tempfile
 import time
 from dataclasses import dataclass
@@ -98,6 +99,12 @@ def _line(config: ProfileConfig, work: Any) -> tuple[list[dict], str]:
 SAMPLE_S = 0.005
 
 
+def _during_steps(rss: list[dict[str, Any]], marks: dict[str, Any]) -> list[dict[str, Any]]:
+    """The RSS samples between the first and the last step (all of them where unmarked)."""
+    start, end = marks.get("steps_from_s", -math.inf), marks.get("steps_to_s", math.inf)
+    return [r for r in rss if start <= r["seconds"] <= end]
+
+
 def _memory(config: ProfileConfig, work: Any) -> tuple[list[dict], str]:
     marks: dict[str, float] = {}
     rss: dict[str, float] = {}  # read here at the first and last step, not when sampled
@@ -117,9 +124,7 @@ def _memory(config: ProfileConfig, work: Any) -> tuple[list[dict], str]:
         lambda: work(before_steps=steps_start, on_step=step_done), SAMPLE_S, marks
     )
     ramp: dict[str, Any] = {"kind": "ramp", **marks}
-    during = [r for r in timeline if marks.get("steps_from_s", 0) <= r["seconds"]]
-    during = [r for r in during if r["seconds"] <= marks.get("steps_to_s", r["seconds"])]
-    ramp["mib_per_s"] = memory_tool.ramp_mib_per_s(during)
+    ramp["mib_per_s"] = memory_tool.ramp_mib_per_s(_during_steps(timeline, marks))
     if len(rss) == 2:
         ramp["rss_first_step_mib"] = rss["first"]
         ramp["grown_mib"] = rss["last"] - rss["first"]
@@ -217,9 +222,8 @@ def _plot_rss(rss: list[dict[str, Any]], ramp: dict[str, Any], title: str) -> go
     """RSS growth during the steps (from the first step: the set-up before it is not the leak),
     and the ramp the leak alone would draw: its size is measured (autograd's saved tensors per
     step), so a leak below RSS's noise says so."""
-    start, end = ramp.get("steps_from_s"), ramp.get("steps_to_s")
-    rss = [r for r in rss if (start is None or r["seconds"] >= start)]
-    rss = [r for r in rss if (end is None or r["seconds"] <= end)]
+    start = ramp.get("steps_from_s")
+    rss = _during_steps(rss, ramp)
     t0 = start if start is not None else (rss[0]["seconds"] if rss else 0.0)
     t = [r["seconds"] - t0 for r in rss]
     base = ramp.get("rss_first_step_mib", rss[0]["rss_mib"] if rss else 0.0)
